@@ -1,0 +1,19 @@
+"""What a tool gets to know about the run it is part of."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabric.config.schema import SandboxSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """The run's workspace and sandbox rules, handed to every tool call."""
+
+    run_id: str
+    workspace: Path
+    sandbox: SandboxSettings
+    protected: tuple[Path, ...] = ()
+    """Folders file tools must not write to, even inside the workspace (the runs folder)."""

@@ -1,0 +1,318 @@
+"""The model/tool loop.
+
+One run: the pack's system prompt and the task go to the model with the pack's tools and
+``finish_task``; each tool call the model makes is run and its result goes back; the run ends on
+a valid ``finish_task``, the step limit, cancellation or a fatal model error. Whatever happens,
+``run_finished`` is the last event in the runlog and a ``RunResult`` comes back: nothing the
+model sends can make this function raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from fabric.config.prompts import FINISH_INVALID, NUDGE
+from fabric.config.schema import Limits, SandboxSettings
+from fabric.domain.errors import FabricError, ToolError
+from fabric.domain.models import (
+    ChatResponse,
+    Message,
+    RunResult,
+    RunStatus,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+
+from .context import ToolContext
+from .pack import FINISH_TOOL, Pack
+from .ports import ChatClient, RunLog, Tool
+
+
+class _Stop(Exception):
+    """Ends the loop with a status; raised by helpers, caught once in ``execute_task``."""
+
+    def __init__(
+        self,
+        status: RunStatus,
+        payload: dict[str, Any] | None = None,
+        error: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status.value)
+        self.status, self.payload, self.error = status, payload, error
+
+
+@dataclass
+class _Run:
+    """The state of one run. ``messages`` is the history in wire form, only ever appended."""
+
+    run_id: str
+    pack: Pack
+    chat: ChatClient
+    log: RunLog
+    limits: Limits
+    ctx: ToolContext
+    cancel: asyncio.Event
+    messages: list[Message] = field(default_factory=list)
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    repairs: int = 0
+    nudged: bool = False
+    _sent: int = 0
+
+    def __post_init__(self) -> None:
+        self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}
+        finish = ToolSpec(FINISH_TOOL, self.pack.finish_description, self.pack.finish_schema)
+        self.tool_defs = [t.spec.as_openai() for t in self.pack.tools] + [finish.as_openai()]
+        self.finish_validator = Draft202012Validator(dict(self.pack.finish_schema))
+
+    async def loop(self) -> None:
+        while True:
+            self._check_cancel()
+            if self.steps >= self.limits.max_steps:
+                raise _Stop(RunStatus.MAX_STEPS)
+            response = await self._call_model()
+            self.messages.append(response.message)
+            if not response.tool_calls:
+                self._no_tool_calls(response)
+                continue
+            for call in response.tool_calls:
+                self._check_cancel()
+                self.messages.append(await self._handle(call))
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise _Stop(RunStatus.CANCELLED)
+
+    async def _call_model(self) -> ChatResponse:
+        self.steps += 1
+        new = self.messages[self._sent :]
+        self._sent = len(self.messages)
+        request: dict[str, Any] = {"step": self.steps, "messages": new}
+        if self.steps == 1:
+            request["tools"] = self.tool_defs
+        self.log.emit("llm_request", request)
+        started = time.perf_counter()
+        try:
+            response = await self.chat.chat(self.messages, self.tool_defs)
+        except FabricError as exc:
+            raise _Stop(RunStatus.FAILED, error=_describe(exc)) from exc
+        self.usage += response.usage
+        self.log.emit(
+            "llm_response",
+            {
+                "step": self.steps,
+                "message": response.message,
+                "finish_reason": response.finish_reason,
+                "usage": _usage(response.usage),
+                "model": response.model,
+                "duration_ms": _ms(started),
+            },
+        )
+        return response
+
+    def _no_tool_calls(self, response: ChatResponse) -> None:
+        text = response.content or ""
+        if self.nudged:
+            raise _Stop(RunStatus.COMPLETED_FROM_TEXT, payload={"text": text})
+        self.nudged = True
+        self.log.emit("nudge", {"step": self.steps, "message": NUDGE})
+        self.messages.append({"role": "user", "content": NUDGE})
+
+    async def _handle(self, call: ToolCall) -> Message:
+        """Run one tool call and return the tool message for the history."""
+        self.log.emit(
+            "tool_call",
+            {
+                "step": self.steps,
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments if call.arguments is not None else call.raw_arguments,
+            },
+        )
+        started = time.perf_counter()
+        artifact = None
+        try:
+            if call.arguments is None:
+                raise ToolError(
+                    f"the arguments of {call.name} are not a JSON object: {call.arguments_error}",
+                    hint="send the arguments as one JSON object matching the tool's schema",
+                )
+            if call.name == FINISH_TOOL:
+                output = self._finish(call.arguments)
+            else:
+                output = await self._run_tool(call.name, call.arguments)
+            ok, error = True, None
+        except _Stop:
+            raise
+        except ToolError as exc:
+            ok, error = False, _describe(exc)
+            output = f"error: {exc}"
+        except Exception as exc:  # a tool's own bug must not end the run
+            ok, error = False, {"code": "tool_crashed", "message": f"{type(exc).__name__}: {exc}"}
+            output = f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}"
+        if len(output) > self.limits.tool_output_chars:
+            artifact = self.log.save_artifact(f"step{self.steps}-{call.id}-{call.name}.txt", output)
+            output = _shorten(output, self.limits.tool_output_chars, artifact)
+        result: dict[str, Any] = {
+            "step": self.steps,
+            "call_id": call.id,
+            "name": call.name,
+            "ok": ok,
+            "output": output,
+            "duration_ms": _ms(started),
+        }
+        if error:
+            result["error"] = error
+        if artifact:
+            result["artifact"] = artifact
+        self.log.emit("tool_result", result)
+        return {"role": "tool", "tool_call_id": call.id, "content": output}
+
+    async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        tool = self.tools.get(name)
+        if tool is None:
+            raise ToolError(
+                f"unknown tool {name!r}",
+                hint=f"use one of: {', '.join(self.pack.tool_names())}",
+            )
+        return await tool(arguments, self.ctx)
+
+    def _finish(self, arguments: dict[str, Any]) -> str:
+        errors = sorted(self.finish_validator.iter_errors(arguments), key=lambda e: e.path)
+        if not errors:
+            raise _Stop(RunStatus.COMPLETED, payload=arguments)
+        problems = "\n".join(
+            f"- {'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
+            for e in errors
+        )
+        self.repairs += 1
+        if self.repairs > self.limits.finish_repairs:
+            raise _Stop(
+                RunStatus.INVALID_OUTPUT,
+                payload=None,
+                error={
+                    "code": "invalid_output",
+                    "message": f"finish_task arguments were still invalid after "
+                    f"{self.limits.finish_repairs} repair round(s):\n{problems}",
+                    "hint": "use a stronger model or relax the pack's finish schema",
+                },
+            )
+        raise ToolError(FINISH_INVALID.format(problems=problems))
+
+
+async def execute_task(
+    task: str,
+    *,
+    pack: Pack,
+    chat: ChatClient,
+    runlog: RunLog,
+    run_id: str,
+    workspace: Path,
+    sandbox: SandboxSettings | None = None,
+    limits: Limits | None = None,
+    cancel: asyncio.Event | None = None,
+    protected: tuple[Path, ...] = (),
+    meta: Mapping[str, Any] | None = None,
+) -> RunResult:
+    """Run ``task`` with ``pack`` until it finishes, and return how it ended.
+
+    ``sandbox`` defaults to the pack's own; ``protected`` folders stay read-only for file tools.
+    """
+    limits = limits or Limits()
+    sandbox = sandbox or pack.sandbox
+    ctx = ToolContext(run_id, workspace, sandbox, tuple(p.resolve() for p in protected))
+    run = _Run(run_id, pack, chat, runlog, limits, ctx, cancel or asyncio.Event())
+    started = time.perf_counter()
+    runlog.emit(
+        "run_started",
+        {
+            **(meta or {}),
+            "pack": pack.name,
+            "task": task,
+            "model": chat.model,
+            "workspace": str(workspace),
+            "limits": limits.model_dump(),
+            "sandbox": sandbox.model_dump(),
+            "system_prompt": pack.system_prompt,
+            "finish_schema": pack.finish_schema,
+        },
+    )
+    run.messages += [
+        {"role": "system", "content": pack.system_prompt},
+        {"role": "user", "content": task},
+    ]
+    stop: _Stop
+    try:
+        await run.loop()
+    except _Stop as signal:
+        stop = signal
+    except asyncio.CancelledError:
+        _finish_log(run, _Stop(RunStatus.CANCELLED), started)
+        raise
+    except Exception as exc:  # a bug in fabric or an adapter: record it, never lose the log
+        stop = _Stop(RunStatus.FAILED, error=_describe(exc))
+    return _finish_log(run, stop, started)
+
+
+def _finish_log(run: _Run, stop: _Stop, started: float) -> RunResult:
+    duration = time.perf_counter() - started
+    result = RunResult(
+        run_id=run.run_id,
+        status=stop.status,
+        payload=stop.payload,
+        steps=run.steps,
+        usage=run.usage,
+        duration_s=round(duration, 6),
+        runlog_path=run.log.location,
+        error=stop.error,
+    )
+    event: dict[str, Any] = {
+        "status": stop.status.value,
+        "payload": stop.payload,
+        "steps": run.steps,
+        "usage": _usage(run.usage),
+        "duration_s": result.duration_s,
+    }
+    if stop.error:
+        event["error"] = stop.error
+    run.log.emit("run_finished", event)
+    run.log.close()
+    return result
+
+
+def _describe(exc: BaseException) -> dict[str, str]:
+    if isinstance(exc, FabricError):
+        out = {"code": exc.code, "message": exc.message}
+        if exc.hint:
+            out["hint"] = exc.hint
+        status = getattr(exc, "status_code", None)
+        if status is not None:
+            out["status_code"] = str(status)
+        return out
+    return {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def _shorten(text: str, limit: int, artifact: str) -> str:
+    note = f"\n[... {len(text) - limit} characters cut; the full output is in {artifact} ...]\n"
+    head = limit * 3 // 4
+    return text[:head] + note + text[len(text) - (limit - head) :]

@@ -1,0 +1,57 @@
+"""The ports the application needs. Adapters implement them structurally; the type checker
+proves they fit. No adapter inherits from these classes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from fabric.domain.models import ChatResponse, Message, ToolSpec
+
+from .context import ToolContext
+
+
+class ChatClient(Protocol):
+    """One model behind one endpoint. ``chat`` sends the whole history in wire form."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def chat(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ChatResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+class RunLog(Protocol):
+    """Where a run tells its story, one event at a time, in order."""
+
+    @property
+    def location(self) -> str | None:
+        """A path a person can open, or None for in-memory logs."""
+        ...
+
+    def emit(self, kind: str, data: Mapping[str, Any]) -> None:
+        """Record one event. ``v``, ``seq``, ``ts`` and ``run_id`` are added by the log."""
+        ...
+
+    def save_artifact(self, name: str, content: str) -> str:
+        """Keep a large output beside the log; return its reference (a relative path)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Tool(Protocol):
+    """A callable the model may use. Arguments are validated by the tool itself; every
+    problem is raised as a ``ToolError`` and becomes a tool result."""
+
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str: ...
+
+
+EventObserver = Callable[[str, Mapping[str, Any]], None]
+"""Something that watches a run's events as they happen (the CLI's progress display)."""

@@ -1,0 +1,211 @@
+"""Finding, reading and checking ``fabric.yaml``.
+
+Where the config comes from, first match wins: ``--config FILE``, ``$FABRIC_CONFIG``,
+``./fabric.yaml``, the default packaged with fabric. Every mistake becomes one ``ConfigError``
+naming the file, the key path and the line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from fabric.domain.errors import ConfigError
+
+from .schema import FabricConfig
+
+CONFIG_ENV = "FABRIC_CONFIG"
+BASE_URL_ENV = "FABRIC_BASE_URL"
+MODEL_ENV = "FABRIC_MODEL"
+PACKAGED = "<packaged default>"
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A checked config and where it came from."""
+
+    config: FabricConfig
+    source: str
+    """The file it was read from, or ``<packaged default>``."""
+    base_dir: Path
+    """The folder relative paths and pack imports are taken from."""
+    text: str
+    """The YAML text, kept to point at lines in later error messages."""
+
+    @property
+    def runs_dir(self) -> Path:
+        return (self.base_dir / self.config.runs_dir).resolve()
+
+    def where(self, *loc: str | int) -> str:
+        """``file:line`` of the key at ``loc`` (or just the file when no line is known)."""
+        line = _line_of(self.text, loc)
+        return f"{self.source}:{line}" if line else self.source
+
+    def error(
+        self, exc: ValidationError, model: type[BaseModel], prefix: Sequence[str | int]
+    ) -> ConfigError:
+        """Turn a pydantic error about the part of this file at ``prefix`` into a ConfigError."""
+        return validation_error(exc, self.source, self.text, model, prefix)
+
+
+def find_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The config file to use, or None for the packaged default."""
+    if explicit is not None:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(
+                f"config file {path} does not exist",
+                hint="check the --config path, or leave it out to use ./fabric.yaml",
+            )
+        return path
+    from_env = os.environ.get(CONFIG_ENV)
+    if from_env:
+        path = Path(from_env)
+        if not path.is_file():
+            raise ConfigError(
+                f"{CONFIG_ENV} points at {path}, which does not exist",
+                hint=f"fix or unset {CONFIG_ENV}",
+            )
+        return path
+    local = Path("fabric.yaml")
+    return local if local.is_file() else None
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None) -> LoadedConfig:
+    """Find, parse, validate and apply environment overrides."""
+    path = find_config(explicit)
+    if path is None:
+        text = resources.files("fabric.config").joinpath("default.yaml").read_text("utf-8")
+        source, base_dir = PACKAGED, Path.cwd()
+    else:
+        try:
+            text = path.read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        source, base_dir = str(path), path.resolve().parent
+    data = _parse(text, source)
+    try:
+        config = FabricConfig.model_validate(_with_env_overrides(data))
+    except ValidationError as exc:
+        raise validation_error(exc, source, text, FabricConfig, ()) from None
+    return LoadedConfig(config=config, source=source, base_dir=base_dir, text=text)
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(
+            f"{where}: not valid YAML: {problem}",
+            hint="check indentation and quoting around that line",
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of keys (llm, packs, runs_dir, ...), "
+            f"not {type(data).__name__}"
+        )
+    return data
+
+
+def _with_env_overrides(data: dict[str, Any]) -> dict[str, Any]:
+    base_url, model = os.environ.get(BASE_URL_ENV), os.environ.get(MODEL_ENV)
+    if not (base_url or model):
+        return data
+    llm = dict(data.get("llm") or {})
+    if base_url:
+        llm["base_url"] = base_url
+    if model:
+        keys = set(llm.get("models") or {"default": ""})
+        keys.update(
+            str(p.get("model", "default"))
+            for p in (data.get("packs") or {}).values()
+            if isinstance(p, Mapping)
+        )
+        llm["models"] = dict.fromkeys(keys, model)
+    return {**data, "llm": llm}
+
+
+def validation_error(
+    exc: ValidationError,
+    source: str,
+    text: str,
+    model: type[BaseModel],
+    prefix: Sequence[str | int],
+) -> ConfigError:
+    """One message for all of a validation error's problems, each with key path and line."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = [*prefix, *err["loc"]]
+        line = _line_of(text, loc)
+        where = f"{source}:{line}" if line else source
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key" + _valid_keys_hint(model, err["loc"])
+        lines.append(f"{where}: {key}: {msg}")
+    head = "invalid configuration" if len(lines) > 1 else lines[0]
+    body = "\n".join(f"  {ln}" for ln in lines) if len(lines) > 1 else ""
+    return ConfigError(head + ("\n" + body if body else ""), hint="fix the key and run again")
+
+
+def _valid_keys_hint(root: type[BaseModel], loc: Sequence[str | int]) -> str:
+    """For an unknown key, list the keys that the enclosing model accepts."""
+    model: type[BaseModel] | None = root
+    for part in list(loc)[:-1]:
+        if model is None:
+            return ""
+        field = model.model_fields.get(str(part))
+        if field is None:
+            continue  # a dict key such as a pack name: stay on the value's model
+        model = _model_of(field.annotation)
+    return f" (valid keys: {', '.join(model.model_fields)})" if model else ""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _line_of(text: str, loc: Sequence[str | int]) -> int | None:
+    """The 1-based line of the YAML node at ``loc``, or of its nearest existing parent."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    best = None
+    for part in loc:
+        if node is None:
+            break
+        best = node.start_mark.line + 1
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    best, child = key.start_mark.line + 1, value
+                    break
+        elif (
+            isinstance(node, yaml.SequenceNode)
+            and isinstance(part, int)
+            and 0 <= part < len(node.value)
+        ):
+            child = node.value[part]
+            best = child.start_mark.line + 1
+        node = child
+    return best

@@ -1,0 +1,116 @@
+"""Plain data that flows through a run. No I/O here.
+
+Chat messages stay in the OpenAI chat wire form (``{"role": ..., "content": ...}``): the loop
+appends to that list and never re-walks it, and adapters for other providers translate at
+their edge.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+"""One chat message in OpenAI wire form."""
+
+JSONSchema = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for.
+
+    ``arguments`` is the parsed JSON object, or None when the model sent something that is not
+    a JSON object; then ``arguments_error`` says why and ``raw_arguments`` keeps what came.
+    """
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | None
+    raw_arguments: str = ""
+    arguments_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    """What one model call returned.
+
+    ``message`` is the assistant message exactly as it goes back into the history.
+    """
+
+    message: Message
+    content: str | None
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """How a tool is offered to the model: the OpenAI ``tools`` entry, in parts."""
+
+    name: str
+    description: str
+    parameters: JSONSchema
+
+    def as_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+class RunStatus(enum.StrEnum):
+    """How a run ended. Only ``completed`` means finish_task succeeded."""
+
+    COMPLETED = "completed"
+    """finish_task was called with arguments that match the pack's schema."""
+    COMPLETED_FROM_TEXT = "completed_from_text"
+    """The model stopped calling tools, even after a nudge; the payload wraps its text."""
+    INVALID_OUTPUT = "invalid_output"
+    """finish_task kept failing validation until the repair rounds ran out."""
+    MAX_STEPS = "max_steps"
+    """The step limit was reached before finish_task."""
+    CANCELLED = "cancelled"
+    """Someone stopped the run."""
+    FAILED = "failed"
+    """A fatal error (model server, configuration) ended the run."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run_id: str
+    status: RunStatus
+    payload: dict[str, Any] | None
+    steps: int
+    usage: Usage
+    duration_s: float
+    runlog_path: str | None
+    error: dict[str, str] | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status is RunStatus.COMPLETED

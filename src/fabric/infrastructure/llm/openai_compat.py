@@ -1,0 +1,192 @@
+"""A ``ChatClient`` for any OpenAI-compatible ``/chat/completions`` endpoint.
+
+Covers Ollama's ``/v1``, vLLM, llama.cpp's server, LM Studio, OpenAI and OpenRouter. Tools go
+in the ``tools`` field; ``tool_calls`` come back with arguments as a JSON string (OpenAI) or an
+object (some local servers). httpx errors and HTTP error replies become fabric errors here, so
+nothing above this module sees httpx.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from fabric.domain.errors import (
+    ModelAuthError,
+    ModelCapabilityError,
+    ModelConnectionError,
+    ModelError,
+    ModelNotFoundError,
+    ModelResponseError,
+)
+from fabric.domain.models import ChatResponse, Message, ToolCall, Usage
+
+_BODY_LIMIT = 2000
+_TOOLS_UNSUPPORTED = ("does not support tools", "tool use is not supported", "tools are not")
+_CONTEXT_EXCEEDED = ("context length", "context_length", "maximum context", "too many tokens")
+
+
+class OpenAIChatClient:
+    """Non-streaming chat completions over httpx (async)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: httpx.Timeout | float = 600.0,
+        temperature: float | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._model = model
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._temperature = temperature
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=timeout, transport=transport, trust_env=False
+        )
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    async def chat(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ChatResponse:
+        body: dict[str, Any] = {"model": self._model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        if self._temperature is not None:
+            body["temperature"] = self._temperature
+        try:
+            reply = await self._http.post(self._url, json=body)
+        except httpx.TimeoutException as exc:
+            raise ModelConnectionError(
+                f"the model server at {self._url} did not answer in time ({type(exc).__name__})",
+                hint="raise llm.timeouts in fabric.yaml, or use a smaller or faster model",
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ModelConnectionError(
+                f"cannot reach the model server at {self._url}: {exc}",
+                hint="start it (for Ollama: `ollama serve`) or point FABRIC_BASE_URL or "
+                "llm.base_url at a running OpenAI-compatible server",
+            ) from exc
+        if reply.status_code >= 400:
+            raise self._http_error(reply)
+        try:
+            data = reply.json()
+        except ValueError as exc:
+            raise ModelResponseError(
+                f"the model server sent a reply that is not JSON: {reply.text[:200]!r}",
+                hint="check that llm.base_url points at an OpenAI-compatible API (ending in /v1)",
+                status_code=reply.status_code,
+                body=reply.text[:_BODY_LIMIT],
+            ) from exc
+        return parse_completion(data)
+
+    def _http_error(self, reply: httpx.Response) -> ModelError:
+        status, text = reply.status_code, reply.text[:_BODY_LIMIT]
+        lowered = text.lower()
+        what = f"the model server answered {status} for model {self._model!r}: {text[:500]}"
+        kwargs: dict[str, Any] = {"status_code": status, "body": text}
+        if status in (401, 403):
+            return ModelAuthError(
+                what,
+                hint="set FABRIC_API_KEY (or OPENAI_API_KEY) to a valid key for this server",
+                **kwargs,
+            )
+        if status == 404:
+            return ModelNotFoundError(
+                what,
+                hint=f"check the model name (for Ollama: `ollama pull {self._model}`), pick "
+                "another with --model, and check that llm.base_url ends in /v1",
+                **kwargs,
+            )
+        if any(s in lowered for s in _TOOLS_UNSUPPORTED):
+            return ModelCapabilityError(
+                f"model {self._model!r} cannot call tools: {text[:300]}",
+                hint="pick a tool-capable model (e.g. qwen2.5-coder, llama3.1, mistral-nemo) "
+                "with --model or FABRIC_MODEL",
+                **kwargs,
+            )
+        if status == 400 and any(s in lowered for s in _CONTEXT_EXCEEDED):
+            return ModelCapabilityError(
+                f"the conversation no longer fits model {self._model!r}'s context: {text[:300]}",
+                hint="use a model with a longer context, or lower limits.tool_output_chars",
+                **kwargs,
+            )
+        hint = (
+            "the server had a problem; try again, and check its logs"
+            if status >= 500
+            else "check the request settings in fabric.yaml (model name, temperature)"
+        )
+        return ModelError(what, hint=hint, **kwargs)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def parse_completion(data: Any) -> ChatResponse:
+    """Turn a chat completion JSON object into a ``ChatResponse`` (shared with other adapters
+    that speak the same shape)."""
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ModelResponseError(
+            f"the model server's reply has no choices[0].message: {str(data)[:300]}",
+            hint="check that llm.base_url points at an OpenAI-compatible chat API",
+            body=str(data)[:_BODY_LIMIT],
+        ) from exc
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        content = json.dumps(content)
+    calls = tuple(
+        _tool_call(raw, index) for index, raw in enumerate(message.get("tool_calls") or ())
+    )
+    wire: Message = {"role": "assistant", "content": content}
+    if calls:
+        wire["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.raw_arguments},
+            }
+            for c in calls
+        ]
+    usage = data.get("usage") or {}
+    return ChatResponse(
+        message=wire,
+        content=content,
+        tool_calls=calls,
+        usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+        finish_reason=choice.get("finish_reason"),
+        model=data.get("model"),
+    )
+
+
+def _tool_call(raw: Any, index: int) -> ToolCall:
+    function = raw.get("function") if isinstance(raw, Mapping) else None
+    if not isinstance(function, Mapping):
+        return ToolCall(f"call_{index}", "", None, json.dumps(raw), "no function in tool call")
+    call_id = str(raw.get("id") or f"call_{index}")
+    name = str(function.get("name") or "")
+    args = function.get("arguments")
+    if isinstance(args, Mapping):
+        return ToolCall(call_id, name, dict(args), json.dumps(args))
+    text = "" if args is None else str(args)
+    if not text.strip():
+        return ToolCall(call_id, name, {}, "{}")
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        return ToolCall(call_id, name, None, text, f"invalid JSON ({exc})")
+    if not isinstance(parsed, dict):
+        return ToolCall(
+            call_id, name, None, text, f"expected an object, got {type(parsed).__name__}"
+        )
+    return ToolCall(call_id, name, parsed, text)

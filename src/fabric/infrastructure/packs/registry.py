@@ -1,0 +1,133 @@
+"""Packs by dotted path.
+
+A pack section's ``builder`` is ``module:callable`` (or a built-in short name). The callable's
+first parameter is annotated with its settings model, a subclass of ``PackSettings``; the pack's
+YAML section is validated with that model and passed in, and the callable returns a ``Pack``.
+The config file's folder goes first on the import path, so ``packs.mine:build`` finds the
+user's own ``packs/mine.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from pydantic import ValidationError
+
+from fabric.application.pack import Pack
+from fabric.config.loader import LoadedConfig
+from fabric.config.schema import PackSettings
+from fabric.domain.errors import PackError
+
+BUILTIN_BUILDERS = {
+    "engineering": "packs.engineering:build",
+    "research": "packs.research:build",
+    "declarative": "fabric.infrastructure.packs.declarative:build",
+}
+
+
+@dataclass(frozen=True)
+class LoadedPack:
+    """A built pack with the settings it was built from (limits, model key, sandbox)."""
+
+    pack: Pack
+    settings: PackSettings
+
+
+def pack_names(loaded: LoadedConfig) -> list[str]:
+    return list(loaded.config.packs)
+
+
+def load_pack(loaded: LoadedConfig, name: str) -> LoadedPack:
+    """Import, validate and build the pack called ``name``."""
+    section = loaded.config.packs.get(name)
+    if section is None:
+        known = ", ".join(pack_names(loaded)) or "none"
+        raise PackError(
+            f"no pack named {name!r} in {loaded.source}",
+            hint=f"known packs: {known}; add one under 'packs:' to declare it",
+        )
+    builder = resolve_builder(loaded, name, section.builder)
+    settings_model = _settings_model(builder)
+    try:
+        settings = settings_model.model_validate(section.model_dump(exclude_unset=True))
+    except ValidationError as exc:
+        raise loaded.error(exc, settings_model, ("packs", name)) from None
+    if settings.model not in loaded.config.llm.models:
+        raise PackError(
+            f"{loaded.where('packs', name, 'model')}: packs.{name}.model: "
+            f"{settings.model!r} is not a key of llm.models",
+            hint=f"use one of: {', '.join(loaded.config.llm.models)}, or add it to llm.models",
+        )
+    try:
+        pack = builder(settings)
+    except Exception as exc:
+        raise PackError(
+            f"{loaded.where('packs', name, 'builder')}: the builder of pack {name!r} "
+            f"({section.builder}) failed: {type(exc).__name__}: {exc}",
+            hint="fix the pack's settings or its builder code",
+        ) from exc
+    if not isinstance(pack, Pack):
+        raise PackError(
+            f"{loaded.where('packs', name, 'builder')}: the builder {section.builder} returned "
+            f"{type(pack).__name__}, not a Pack",
+            hint="a builder must return fabric.application.pack.Pack",
+        )
+    pack = dataclasses.replace(
+        pack,
+        name=name,
+        model=settings.model,
+        description=settings.description or pack.description,
+    )
+    return LoadedPack(pack, settings)
+
+
+def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[..., Any]:
+    """Import ``module:callable`` with the config's folder first on the import path."""
+    where = f"{loaded.where('packs', name, 'builder')}: packs.{name}.builder"
+    target = BUILTIN_BUILDERS.get(path, path)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise PackError(
+            f"{where}: {path!r} is neither 'module:callable' nor a built-in builder",
+            hint=f"built-in builders: {', '.join(BUILTIN_BUILDERS)}; "
+            "or e.g. 'packs.mine:build' for packs/mine.py beside fabric.yaml",
+        )
+    base = str(loaded.base_dir)
+    if base not in sys.path:
+        sys.path.insert(0, base)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise PackError(
+            f"{where}: cannot import {module_name!r}: {type(exc).__name__}: {exc}",
+            hint=f"check that {module_name.replace('.', '/')}.py exists under {base} "
+            "or is installed",
+        ) from exc
+    builder = getattr(module, attr, None)
+    if not callable(builder):
+        found = [n for n, v in vars(module).items() if inspect.isfunction(v) and n[0] != "_"]
+        raise PackError(
+            f"{where}: module {module_name!r} has no callable {attr!r}",
+            hint=f"callables there: {', '.join(found) or 'none'}",
+        )
+    return builder  # type: ignore[no-any-return]
+
+
+def _settings_model(builder: Callable[..., Any]) -> type[PackSettings]:
+    """The settings model a builder declares on its first parameter (PackSettings if none)."""
+    try:
+        params = list(inspect.signature(builder).parameters.values())
+        hints = get_type_hints(builder)
+    except (TypeError, ValueError, NameError):
+        return PackSettings
+    if params:
+        annotation = hints.get(params[0].name)
+        if isinstance(annotation, type) and issubclass(annotation, PackSettings):
+            return annotation
+    return PackSettings

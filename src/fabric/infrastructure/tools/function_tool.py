@@ -1,0 +1,139 @@
+"""Tools are typed Python functions.
+
+``FunctionTool(fn)`` reads ``fn``'s signature and Google-style docstring once, builds a pydantic
+model of its parameters, and from that the JSON Schema the model sees. Calls are validated
+against the same model before ``fn`` runs. The first parameter, if annotated ``ToolContext``,
+receives the run's context and is not shown to the model.
+
+    def read_file(ctx: ToolContext, path: str, max_lines: int = 400) -> str:
+        '''Read a text file from the workspace.
+
+        Args:
+            path: File path relative to the workspace root.
+            max_lines: Stop after this many lines.
+        '''
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from fabric.application.context import ToolContext
+from fabric.domain.errors import ToolArgumentError
+from fabric.domain.models import ToolSpec
+
+ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
+
+_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields|Example[s]?):\s*$")
+_ARG = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Split a Google-style docstring into its description and per-argument texts."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    summary: list[str] = []
+    args: dict[str, str] = {}
+    section, current, indent = None, None, 0
+    for line in lines:
+        header = _SECTION.match(line)
+        if header:
+            section, current = header.group(1), None
+            continue
+        if section is None:
+            summary.append(line)
+        elif section in ("Args", "Arguments", "Parameters") and line.strip():
+            this_indent = len(line) - len(line.lstrip())
+            match = _ARG.match(line)
+            if match and (current is None or this_indent <= indent):
+                current, indent = match.group(1), this_indent
+                args[current] = match.group(2).strip()
+            elif current is not None:
+                args[current] = f"{args[current]} {line.strip()}".strip()
+    return "\n".join(summary).strip(), args
+
+
+class FunctionTool:
+    """A ``Tool`` made from a typed function (sync or async)."""
+
+    def __init__(
+        self, fn: ToolFunction, *, name: str | None = None, bind: Mapping[str, Any] | None = None
+    ) -> None:
+        """``bind`` fixes parameters (such as a pack's settings) that the model neither sees
+        nor sets; names not in ``fn``'s signature are ignored."""
+        self._fn = fn
+        self._is_async = inspect.iscoroutinefunction(fn)
+        description, arg_docs = parse_docstring(fn.__doc__)
+        hints = get_type_hints(fn)
+        fields: dict[str, Any] = {}
+        self._wants_ctx = False
+        self._bound: dict[str, Any] = {}
+        for index, param in enumerate(inspect.signature(fn).parameters.values()):
+            annotation = hints.get(param.name, Any)
+            if index == 0 and annotation is ToolContext:
+                self._wants_ctx = True
+                continue
+            if bind and param.name in bind:
+                self._bound[param.name] = bind[param.name]
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {fn.__name__}: *args/**kwargs cannot be described")
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (
+                annotation,
+                Field(default, description=arg_docs.get(param.name) or None),
+            )
+        tool_name = name or fn.__name__
+        self._params: type[BaseModel] = create_model(
+            f"{tool_name}_arguments",
+            __config__=ConfigDict(extra="forbid"),
+            **fields,
+        )
+        schema = json_schema_of(self._params)
+        self._spec = ToolSpec(tool_name, description or tool_name, schema)
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Check arguments against the signature; raise ToolArgumentError listing problems."""
+        try:
+            parsed = self._params.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ToolArgumentError(
+                f"invalid arguments for {self._spec.name}: {problems}",
+                hint=f"call {self._spec.name} again with arguments matching its schema",
+            ) from None
+        return {k: getattr(parsed, k) for k in type(parsed).model_fields}
+
+    async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        kwargs = {**self.validate(arguments), **self._bound}
+        call_args = (ctx,) if self._wants_ctx else ()
+        if self._is_async:
+            result = await self._fn(*call_args, **kwargs)
+        else:
+            result = await asyncio.to_thread(self._fn, *call_args, **kwargs)
+        return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON Schema without pydantic's ``title`` noise (it costs tokens and tells the
+    model nothing) and without the class docstring."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    schema.pop("description", None)
+    for prop in schema.get("properties", {}).values():
+        if isinstance(prop, dict):
+            prop.pop("title", None)
+    return schema

@@ -1,0 +1,187 @@
+"""The ``fabric`` command. Heavy imports happen inside commands so ``fabric --help`` is quick.
+
+Exit codes: 0 the task finished (finish_task accepted), 1 it did not, 2 usage or configuration
+error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+if TYPE_CHECKING:
+    from fabric.config.loader import LoadedConfig
+    from fabric.domain.errors import FabricError
+
+app = typer.Typer(
+    name="fabric",
+    help="Run tool-using LLM agents (specialist packs) on your own machine.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help="fabric.yaml to use (default: $FABRIC_CONFIG, "
+        "./fabric.yaml, then the packaged default).",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+def _fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
+    if as_json:
+        error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
+        typer.echo(json.dumps({"status": "error", "error": error}, indent=2))
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code)
+
+
+def _load(config: Path | None, as_json: bool) -> LoadedConfig:
+    from fabric.config.loader import load_config
+    from fabric.domain.errors import ConfigError
+
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+
+
+@app.command()
+def run(
+    task: Annotated[str, typer.Argument(help="What the pack should do.", show_default=False)],
+    pack: Annotated[
+        str | None, typer.Option("--pack", "-p", help="Pack name (see `fabric packs`).")
+    ] = None,
+    config: ConfigOpt = None,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="A key of llm.models or a model name.")
+    ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option("--workspace", "-w", help="Folder the tools work in (default: here)."),
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Model calls at most.", min=1)
+    ] = None,
+    as_json: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Run a task with a pack, show each step, print the result and the runlog path."""
+    import asyncio
+
+    from fabric.domain.errors import ConfigError
+    from fabric.infrastructure.runlog import new_run_id
+    from fabric.interfaces.compose import build_runner
+
+    from .render import Progress, print_result
+
+    loaded = _load(config, as_json)
+    name = pack or loaded.config.default_pack
+    if name is None:
+        _fail(
+            ConfigError(
+                "no pack given",
+                hint=f"pass --pack NAME; packs: {', '.join(loaded.config.packs) or 'none'}",
+            ),
+            as_json=as_json,
+            code=2,
+        )
+    runner = build_runner(loaded)
+    run_id = new_run_id()
+    observers = () if quiet else (Progress(sys.stderr),)
+    try:
+        result = asyncio.run(
+            runner.run(
+                name,
+                task,
+                model=model,
+                workspace=workspace,
+                max_steps=max_steps,
+                run_id=run_id,
+                observers=observers,
+            )
+        )
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    except KeyboardInterrupt:
+        typer.echo(f"\ncancelled; runlog: {runner.runs_dir / run_id / 'runlog.jsonl'}", err=True)
+        raise typer.Exit(1) from None
+    print_result(result, as_json=as_json)
+    raise typer.Exit(0 if result.succeeded else 1)
+
+
+@app.command()
+def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """List the packs in the config: name, description, tools, model."""
+    from fabric.domain.errors import ConfigError
+    from fabric.interfaces.compose import build_runner
+
+    loaded = _load(config, as_json)
+    runner = build_runner(loaded)
+    rows: list[dict[str, Any]] = []
+    try:
+        for name in loaded.config.packs:
+            lp = runner.pack(name)
+            rows.append(
+                {
+                    "name": name,
+                    "description": lp.pack.description,
+                    "tools": lp.pack.tool_names(),
+                    "model": f"{lp.settings.model} ({runner.model_for(lp)})",
+                }
+            )
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo(f"no packs in {loaded.source}")
+    for row in rows:
+        typer.echo(f"{row['name']}  ·  model {row['model']}")
+        if row["description"]:
+            typer.echo(f"    {row['description']}")
+        typer.echo(f"    tools: {', '.join(row['tools'])}")
+
+
+@app.command()
+def show(
+    run: Annotated[str, typer.Argument(help="A run id, a run folder or a runlog.jsonl path.")],
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
+    from fabric.domain.errors import ConfigError
+
+    from .render import find_runlog, read_runlog, show_timeline
+
+    try:
+        path = find_runlog(run, lambda: _load(config, as_json).runs_dir)
+        events, problems = read_runlog(path)
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    for problem in problems:
+        typer.echo(f"warning: {problem}", err=True)
+    if as_json:
+        typer.echo(json.dumps(events, indent=2, ensure_ascii=False))
+        return
+    show_timeline(events, path, sys.stdout)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

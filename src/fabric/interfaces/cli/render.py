@@ -1,0 +1,177 @@
+"""Turning run events into lines a person reads: live progress and ``fabric show``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from fabric.domain.errors import ConfigError
+from fabric.domain.models import RunResult
+
+_ARG_CHARS = 70
+
+
+def short_args(arguments: Any) -> str:
+    """``path=src/app.py content="def f()…"``: arguments on one short line."""
+    if not isinstance(arguments, Mapping):
+        text = str(arguments)
+    else:
+        parts = []
+        for key, value in arguments.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            shown = shown.replace("\n", "⏎")
+            if len(shown) > 40:
+                shown = shown[:39] + "…"
+            parts.append(f"{key}={shown}" if " " not in shown else f'{key}="{shown}"')
+        text = " ".join(parts)
+    return text if len(text) <= _ARG_CHARS else text[: _ARG_CHARS - 1] + "…"
+
+
+def _first_line(text: str, limit: int = 100) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _tokens(usage: Mapping[str, Any] | None) -> str:
+    usage = usage or {}
+    return f"{usage.get('total_tokens', 0):,} tokens"
+
+
+def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str | None:
+    """One line for the events a person follows; None for the rest."""
+    kind = event["kind"]
+    if kind == "run_started":
+        return (
+            f"run {event['run_id']} · pack {event.get('pack')} · model {event.get('model')}\n"
+            f"task: {_first_line(str(event.get('task', '')), 200)}"
+        )
+    if kind == "llm_response":
+        content = (event.get("message") or {}).get("content")
+        if content and content.strip():
+            return f"  step {event['step']:>2}  model: {_first_line(content)}"
+        return None
+    if kind == "tool_call":
+        if event["name"] == "finish_task":
+            return f"  step {event['step']:>2}  finish_task"
+        pending[event["call_id"]] = event
+        return None
+    if kind == "tool_result":
+        call = pending.pop(event["call_id"], {})
+        head = f"  step {event['step']:>2}  {event['name']} {short_args(call.get('arguments', ''))}"
+        if event.get("ok"):
+            outcome = f"ok · {event.get('duration_ms', 0):.0f} ms"
+        else:
+            outcome = f"error: {_first_line((event.get('error') or {}).get('message', ''), 90)}"
+        return f"{head.rstrip()}  → {outcome}"
+    if kind == "nudge":
+        return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
+    if kind == "run_finished":
+        line = (
+            f"{event['status']} after {event['steps']} step(s) · {_tokens(event.get('usage'))} · "
+            f"{event.get('duration_s', 0):.1f} s"
+        )
+        error = event.get("error")
+        if error:
+            line += f"\n{error.get('message', '')}"
+            if error.get("hint"):
+                line += f"\n  hint: {error['hint']}"
+        return line
+    return None
+
+
+class Progress:
+    """A runlog observer that prints each step as it happens."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._pending: dict[str, Mapping[str, Any]] = {}
+
+    def __call__(self, event: Mapping[str, Any]) -> None:
+        line = _describe_event(event, self._pending)
+        if line is not None:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+def print_result(result: RunResult, *, as_json: bool) -> None:
+    if as_json:
+        out = {
+            "run_id": result.run_id,
+            "status": result.status.value,
+            "payload": result.payload,
+            "runlog": result.runlog_path,
+            "steps": result.steps,
+            "usage": {
+                "prompt_tokens": result.usage.prompt_tokens,
+                "completion_tokens": result.usage.completion_tokens,
+            },
+        }
+        if result.error:
+            out["error"] = result.error
+        print(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    if result.payload is not None:
+        print(json.dumps(result.payload, indent=2, ensure_ascii=False))
+    print(f"runlog: {result.runlog_path}")
+
+
+def find_runlog(ref: str, runs_dir: Callable[[], Path]) -> Path:
+    """A run id, a run folder or a runlog path → the runlog file."""
+    path = Path(ref)
+    if path.is_file():
+        return path
+    if path.is_dir() and (path / "runlog.jsonl").is_file():
+        return path / "runlog.jsonl"
+    candidate = runs_dir() / ref / "runlog.jsonl"
+    if candidate.is_file():
+        return candidate
+    raise ConfigError(
+        f"no run {ref!r}: not a runlog file, a run folder, or a run id under {runs_dir()}",
+        hint="pass the runlog path printed by `fabric run`, or a folder name under runs/",
+    )
+
+
+def read_runlog(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every complete line of a runlog; unreadable lines are reported, not fatal."""
+    events: list[dict[str, Any]] = []
+    problems: list[str] = []
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    lines = text.split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            torn = number == len(lines)
+            what = "the last line is torn (the run may have crashed)" if torn else "bad JSON"
+            problems.append(f"{path}:{number}: {what}; skipped")
+            continue
+        if isinstance(event, dict) and "kind" in event:
+            events.append(event)
+        else:
+            problems.append(f"{path}:{number}: not a runlog event; skipped")
+    return events, problems
+
+
+def show_timeline(events: list[dict[str, Any]], path: Path, out: TextIO) -> None:
+    pending: dict[str, Mapping[str, Any]] = {}
+    finished = None
+    for event in events:
+        if event["kind"] == "run_started":
+            out.write(f"started {event['ts']}\n")
+        line = _describe_event(event, pending)
+        if line is not None:
+            out.write(line + "\n")
+        if event["kind"] == "run_finished":
+            finished = event
+    if finished is None:
+        out.write("(no run_finished: the run is still going, or it was killed)\n")
+    elif finished.get("payload") is not None:
+        out.write(json.dumps(finished["payload"], indent=2, ensure_ascii=False) + "\n")
+    out.write(f"runlog: {path}\n")

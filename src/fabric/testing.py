@@ -1,0 +1,155 @@
+"""Test helpers that ship with fabric, so pack authors can test packs the way fabric does.
+
+- ``ScriptedChatClient`` / ``FunctionChatClient``: chat clients without a model server.
+- ``reply``, ``tool_call``, ``tool_calls``: build scripted model turns.
+- ``MemoryRunLog``: a runlog kept in memory.
+- ``MockOpenAIServer``: a real HTTP server on 127.0.0.1 that speaks the OpenAI chat
+  completions API, answers from a script, and records every request body it received.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from fabric.infrastructure.llm.scripted import (
+    FunctionChatClient,
+    ScriptedChatClient,
+    reply,
+    tool_call,
+    tool_calls,
+)
+from fabric.infrastructure.runlog import MemoryRunLog
+
+__all__ = [
+    "FunctionChatClient",
+    "MemoryRunLog",
+    "MockOpenAIServer",
+    "ScriptedChatClient",
+    "completion",
+    "reply",
+    "tool_call",
+    "tool_calls",
+]
+
+Handler = Callable[[dict[str, Any]], tuple[int, Any]]
+"""Given a request body, return (HTTP status, JSON body)."""
+
+
+def completion(
+    content: str | None = None,
+    calls: Iterable[tuple[str, Mapping[str, Any] | str]] = (),
+    *,
+    model: str = "mock",
+    prompt_tokens: int = 10,
+    completion_tokens: int = 5,
+) -> dict[str, Any]:
+    """A chat completion body as an OpenAI-compatible server returns it."""
+    tool_calls_ = [
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {
+                "name": name,
+                "arguments": args if isinstance(args, str) else json.dumps(args),
+            },
+        }
+        for i, (name, args) in enumerate(calls)
+    ]
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls_:
+        message["tool_calls"] = tool_calls_
+    return {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls_ else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+class MockOpenAIServer:
+    """``with MockOpenAIServer([completion(...), ...]) as server: server.base_url``.
+
+    The script is a list of completion bodies (answered in order; then 500s) or a handler
+    function. ``requests`` holds every JSON body received.
+    """
+
+    def __init__(self, script: Iterable[dict[str, Any]] | Handler) -> None:
+        self.requests: list[dict[str, Any]] = []
+        if callable(script):
+            self._handler: Handler = script
+        else:
+            answers = list(script)
+
+            def scripted(body: dict[str, Any]) -> tuple[int, Any]:
+                index = len(self.requests) - 1
+                if index < len(answers):
+                    return 200, answers[index]
+                return 500, {"error": {"message": "the mock server's script ran out"}}
+
+            self._handler = scripted
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._request_handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def __enter__(self) -> MockOpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _request_handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    self._send(400, {"error": {"message": "body is not JSON"}})
+                    return
+                body["_path"] = self.path
+                body["_authorization"] = self.headers.get("Authorization")
+                server.requests.append(body)
+                status, answer = server._handler(body)
+                self._send(status, answer)
+
+            def do_GET(self) -> None:
+                self._send(200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
+
+            def _send(self, status: int, answer: Any) -> None:
+                data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        return _Handler
