@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fabric.application.context import ToolContext
+from fabric.config.schema import SandboxSettings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never see the developer's fabric or provider settings."""
+    for name in ("FABRIC_CONFIG", "FABRIC_BASE_URL", "FABRIC_MODEL", "FABRIC_API_KEY",
+                 "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def ctx(workspace: Path) -> ToolContext:
+    """A tool context like the engineering pack's: python, ls, cat and git allowed, no network."""
+    sandbox = SandboxSettings(
+        allowed_commands=["python", "python3", "ls", "cat", "git", "sleep"], command_timeout=20
+    )
+    return ToolContext("test-run", workspace, sandbox)

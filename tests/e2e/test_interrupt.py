@@ -1,0 +1,65 @@
+"""Ctrl-C during a run: the process exits 1, says where the runlog is, and the runlog ends
+with run_finished status cancelled."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from support import assert_valid_runlog
+
+from fabric.testing import MockOpenAIServer, completion
+
+CONFIG = """
+version: 1
+llm: {base_url: "http://127.0.0.1:9/v1", models: {default: mock-model}}
+runs_dir: runs
+packs:
+  engineering: {builder: packs.engineering:build}
+"""
+
+
+def _wait_for(predicate: Any, what: str, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_sigint_cancels_the_run_and_closes_the_runlog(tmp_path: Path, workspace: Path) -> None:
+    release = threading.Event()
+
+    def slow_model(body: dict[str, Any]) -> tuple[int, Any]:
+        release.wait(60)  # the model "thinks" until the test ends
+        return 200, completion("too late")
+
+    (tmp_path / "fabric.yaml").write_text(CONFIG)
+    with MockOpenAIServer(slow_model) as server:
+        env = {**os.environ, "FABRIC_BASE_URL": server.base_url}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fabric.interfaces.cli.app", "run", "--pack", "engineering",
+             "--config", str(tmp_path / "fabric.yaml"), "--workspace", str(workspace),
+             "say hello"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            _wait_for(lambda: len(server.requests) == 1, "the first model request")
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            release.set()
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 1, (out, err)
+    assert "cancelled" in err
+    [run_dir] = list((tmp_path / "runs").iterdir())
+    assert str(run_dir / "runlog.jsonl") in err
+    events = assert_valid_runlog(run_dir / "runlog.jsonl")
+    assert events[-1]["status"] == "cancelled"
+    assert events[-1]["steps"] == 1

@@ -1,0 +1,56 @@
+"""The layers stay honest: domain imports no other fabric layer; application imports only
+domain and config; config imports only domain. Checked on the source, so a lazy import inside a
+function counts too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "fabric"
+ALLOWED = {
+    "domain": {"fabric.domain"},
+    "application": {"fabric.domain", "fabric.config", "fabric.application"},
+    "config": {"fabric.domain", "fabric.config"},
+}
+FORBIDDEN_THIRD_PARTY = {"application": {"httpx", "fastapi", "typer", "uvicorn", "yaml"}}
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text("utf-8"))
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: stays inside the same package
+                continue
+            names.append(node.module or "")
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(ALLOWED))
+def test_layer_imports_only_what_it_may(layer: str) -> None:
+    files = sorted((SRC / layer).rglob("*.py"))
+    assert files, f"no modules found in {layer}"
+    bad = []
+    for path in files:
+        for name in _imports(path):
+            top = name.split(".")[0]
+            if name.startswith("fabric") and name != "fabric":
+                if not any(name == a or name.startswith(a + ".") for a in ALLOWED[layer]):
+                    bad.append(f"{path.relative_to(SRC)} imports {name}")
+            elif name == "fabric" and layer != "application":
+                bad.append(f"{path.relative_to(SRC)} imports fabric")
+            elif top in FORBIDDEN_THIRD_PARTY.get(layer, set()):
+                bad.append(f"{path.relative_to(SRC)} imports {name}")
+    assert not bad, "layer boundary broken:\n" + "\n".join(bad)
+
+
+def test_boundary_check_catches_a_violation(tmp_path: Path) -> None:
+    """The checker itself works: an outer-layer import is found."""
+    module = tmp_path / "bad.py"
+    module.write_text("def f():\n    from fabric.infrastructure.llm import openai_compat\n")
+    assert "fabric.infrastructure.llm" in _imports(module)
