@@ -11,8 +11,13 @@ from fabric.config.schema import SandboxSettings
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see the developer's fabric or provider settings."""
-    for name in ("FABRIC_CONFIG", "FABRIC_BASE_URL", "FABRIC_MODEL", "FABRIC_API_KEY",
-                 "OPENAI_API_KEY"):
+    for name in (
+        "FABRIC_CONFIG",
+        "FABRIC_BASE_URL",
+        "FABRIC_MODEL",
+        "FABRIC_API_KEY",
+        "OPENAI_API_KEY",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from fabric.infrastructure.llm.scripted import (
     FunctionChatClient,
     ScriptedChatClient,
+    check_history,
     reply,
     tool_call,
     tool_calls,
@@ -29,6 +30,7 @@ __all__ = [
     "MemoryRunLog",
     "MockOpenAIServer",
     "ScriptedChatClient",
+    "check_history",
     "completion",
     "reply",
     "tool_call",
@@ -85,7 +87,9 @@ class MockOpenAIServer:
     """``with MockOpenAIServer([completion(...), ...]) as server: server.base_url``.
 
     The script is a list of completion bodies (answered in order; then 500s) or a handler
-    function. ``requests`` holds every JSON body received.
+    function. ``requests`` holds every JSON body received, with two keys added: ``_path``
+    (the request path) and ``_authorization`` (the Authorization header, or None). Like a
+    real OpenAI server it answers 400 to a malformed history (see ``check_history``).
     """
 
     def __init__(self, script: Iterable[dict[str, Any]] | Handler) -> None:
@@ -93,18 +97,20 @@ class MockOpenAIServer:
         if callable(script):
             self._handler: Handler = script
         else:
-            answers = list(script)
+            answers = iter(list(script))
 
             def scripted(body: dict[str, Any]) -> tuple[int, Any]:
-                index = len(self.requests) - 1
-                if index < len(answers):
-                    return 200, answers[index]
+                answer = next(answers, None)
+                if answer is not None:
+                    return 200, answer
                 return 500, {"error": {"message": "the mock server's script ran out"}}
 
             self._handler = scripted
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._request_handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -118,6 +124,7 @@ class MockOpenAIServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._thread.join()
 
     def _request_handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -130,11 +137,18 @@ class MockOpenAIServer:
                 try:
                     body = json.loads(self.rfile.read(length) or b"{}")
                 except ValueError:
-                    self._send(400, {"error": {"message": "body is not JSON"}})
+                    body = None
+                if not isinstance(body, dict):
+                    self._send(400, {"error": {"message": "body is not a JSON object"}})
                     return
                 body["_path"] = self.path
                 body["_authorization"] = self.headers.get("Authorization")
                 server.requests.append(body)
+                messages = body.get("messages")
+                problem = check_history(messages) if isinstance(messages, list) else None
+                if problem:  # what a real OpenAI server does with a malformed history
+                    self._send(400, {"error": {"message": problem, "type": "invalid_request"}})
+                    return
                 status, answer = server._handler(body)
                 self._send(status, answer)
 

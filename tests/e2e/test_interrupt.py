@@ -43,10 +43,23 @@ def test_sigint_cancels_the_run_and_closes_the_runlog(tmp_path: Path, workspace:
     with MockOpenAIServer(slow_model) as server:
         env = {**os.environ, "FABRIC_BASE_URL": server.base_url}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "fabric.interfaces.cli.app", "run", "--pack", "engineering",
-             "--config", str(tmp_path / "fabric.yaml"), "--workspace", str(workspace),
-             "say hello"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "fabric.interfaces.cli.app",
+                "run",
+                "--pack",
+                "engineering",
+                "--config",
+                str(tmp_path / "fabric.yaml"),
+                "--workspace",
+                str(workspace),
+                "say hello",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             _wait_for(lambda: len(server.requests) == 1, "the first model request")

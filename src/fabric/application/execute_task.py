@@ -80,6 +80,8 @@ class _Run:
                 raise _Stop(RunStatus.MAX_STEPS)
             response = await self._call_model()
             self.messages.append(response.message)
+            self._sent = len(self.messages)  # the reply is logged in llm_response, not again
+            self._check_cancel()
             if not response.tool_calls:
                 self._no_tool_calls(response)
                 continue
@@ -141,8 +143,11 @@ class _Run:
         artifact = None
         try:
             if call.arguments is None:
+                if call.name == FINISH_TOOL:
+                    self._count_repair(f"- (arguments): not a JSON object: {call.arguments_error}")
                 raise ToolError(
-                    f"the arguments of {call.name} are not a JSON object: {call.arguments_error}",
+                    f"the arguments of {_clip(call.name)} are not a JSON object: "
+                    f"{call.arguments_error}",
                     hint="send the arguments as one JSON object matching the tool's schema",
                 )
             if call.name == FINISH_TOOL:
@@ -155,11 +160,12 @@ class _Run:
         except ToolError as exc:
             ok, error = False, _describe(exc)
             output = f"error: {exc}"
-        except Exception as exc:  # a tool's own bug must not end the run
+        except (Exception, SystemExit) as exc:  # a tool's own bug must not end the run
             ok, error = False, {"code": "tool_crashed", "message": f"{type(exc).__name__}: {exc}"}
-            output = f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}"
+            output = f"error: the tool {_clip(call.name)} failed: {type(exc).__name__}: {exc}"
         if len(output) > self.limits.tool_output_chars:
-            artifact = self.log.save_artifact(f"step{self.steps}-{call.id}-{call.name}.txt", output)
+            name = f"step{self.steps}-{call.name[:40]}-{call.id[:40]}.txt"
+            artifact = self.log.save_artifact(name, output)
             output = _shorten(output, self.limits.tool_output_chars, artifact)
         result: dict[str, Any] = {
             "step": self.steps,
@@ -180,7 +186,7 @@ class _Run:
         tool = self.tools.get(name)
         if tool is None:
             raise ToolError(
-                f"unknown tool {name!r}",
+                f"unknown tool {_clip(name)!r}",
                 hint=f"use one of: {', '.join(self.pack.tool_names())}",
             )
         return await tool(arguments, self.ctx)
@@ -193,6 +199,11 @@ class _Run:
             f"- {'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
             for e in errors
         )
+        self._count_repair(problems)
+        raise ToolError(FINISH_INVALID.format(problems=problems))
+
+    def _count_repair(self, problems: str) -> None:
+        """One more failed finish_task; end the run once the repair rounds are used up."""
         self.repairs += 1
         if self.repairs > self.limits.finish_repairs:
             raise _Stop(
@@ -205,7 +216,6 @@ class _Run:
                     "hint": "use a stronger model or relax the pack's finish schema",
                 },
             )
-        raise ToolError(FINISH_INVALID.format(problems=problems))
 
 
 async def execute_task(
@@ -254,11 +264,14 @@ async def execute_task(
         await run.loop()
     except _Stop as signal:
         stop = signal
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, KeyboardInterrupt):
         _finish_log(run, _Stop(RunStatus.CANCELLED), started)
         raise
     except Exception as exc:  # a bug in fabric or an adapter: record it, never lose the log
         stop = _Stop(RunStatus.FAILED, error=_describe(exc))
+    except BaseException as exc:  # SystemExit and the like: log the end, then let it go on
+        _finish_log(run, _Stop(RunStatus.FAILED, error=_describe(exc)), started)
+        raise
     return _finish_log(run, stop, started)
 
 
@@ -310,6 +323,11 @@ def _usage(usage: Usage) -> dict[str, int]:
 
 def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """A model-chosen name, short enough to quote back in a message."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _shorten(text: str, limit: int, artifact: str) -> str:

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jsonschema import Draft202012Validator, SchemaError
+
 from fabric.config.schema import SandboxSettings
 
 from .ports import Tool
@@ -37,6 +39,18 @@ class Pack:
             raise ValueError(f"pack {self.name!r} declares tool(s) twice: {', '.join(dupes)}")
         if FINISH_TOOL in names:
             raise ValueError(f"pack {self.name!r} must not declare {FINISH_TOOL!r} itself")
+        try:
+            Draft202012Validator.check_schema(dict(self.finish_schema))
+        except SchemaError as exc:
+            raise ValueError(
+                f"pack {self.name!r}: finish_schema is not a valid JSON Schema: {exc.message}"
+            ) from None
+        declared = self.finish_schema.get("type", "object")
+        if "object" not in (declared if isinstance(declared, list) else [declared]):
+            raise ValueError(
+                f"pack {self.name!r}: finish_schema must describe an object (tool arguments "
+                f"are always a JSON object), not {declared!r}"
+            )
 
     def tool_names(self) -> list[str]:
         return [t.spec.name for t in self.tools] + [FINISH_TOOL]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, HttpUrl, TypeAdapter, ValidationError
 
 from fabric.domain.errors import ConfigError
 
@@ -98,9 +98,30 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> LoadedConfig:
     return LoadedConfig(config=config, source=source, base_dir=base_dir, text=text)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (plain
+    YAML keeps the last one silently, so a second ``engineering:`` pack would hide the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[str, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            if key_node.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key_node.value!r} (first given on line "
+                    f"{seen[key_node.value]})",
+                    key_node.start_mark,
+                )
+            seen[key_node.value] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
 def _parse(text: str, source: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
@@ -120,19 +141,35 @@ def _parse(text: str, source: str) -> dict[str, Any]:
 
 
 def _with_env_overrides(data: dict[str, Any]) -> dict[str, Any]:
+    """Apply FABRIC_BASE_URL and FABRIC_MODEL. Parts of the wrong type are left alone for
+    validation to report."""
     base_url, model = os.environ.get(BASE_URL_ENV), os.environ.get(MODEL_ENV)
     if not (base_url or model):
         return data
-    llm = dict(data.get("llm") or {})
+    llm = data.get("llm")
+    if llm is None:
+        llm = {}
+    if not isinstance(llm, Mapping):
+        return data
+    llm = dict(llm)
     if base_url:
+        try:
+            TypeAdapter(HttpUrl).validate_python(base_url)
+        except ValidationError as exc:
+            problem = exc.errors(include_url=False)[0]["msg"]
+            raise ConfigError(
+                f"{BASE_URL_ENV}={base_url!r} is not a valid URL: {problem}",
+                hint=f"set {BASE_URL_ENV} to e.g. http://127.0.0.1:11434/v1, or unset it",
+            ) from None
         llm["base_url"] = base_url
-    if model:
-        keys = set(llm.get("models") or {"default": ""})
-        keys.update(
-            str(p.get("model", "default"))
-            for p in (data.get("packs") or {}).values()
-            if isinstance(p, Mapping)
-        )
+    models = llm.get("models")
+    if model and (models is None or isinstance(models, Mapping)):
+        keys = [str(k) for k in models or {"default": ""}]
+        packs = data.get("packs")
+        if isinstance(packs, Mapping):
+            keys += [
+                str(p.get("model", "default")) for p in packs.values() if isinstance(p, Mapping)
+            ]
         llm["models"] = dict.fromkeys(keys, model)
     return {**data, "llm": llm}
 
@@ -184,16 +221,16 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 
 def _line_of(text: str, loc: Sequence[str | int]) -> int | None:
-    """The 1-based line of the YAML node at ``loc``, or of its nearest existing parent."""
+    """The 1-based line of the YAML key at ``loc``, or of its nearest parent key that exists
+    (so a missing ``packs.p.system_prompt`` points at ``p:``)."""
     try:
         node = yaml.compose(text)
     except yaml.YAMLError:
         return None
-    best = None
+    best = None if node is None else node.start_mark.line + 1
     for part in loc:
         if node is None:
             break
-        best = node.start_mark.line + 1
         child = None
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH(?!OR)|COOKIE", re.IGNORECASE)
+"""Environment variable names that look like secrets; they never reach tools."""
 
 
 class _Strict(BaseModel):
@@ -64,8 +68,19 @@ class SandboxSettings(_Strict):
     env_passthrough: list[str] = Field(
         default_factory=list,
         description="Extra environment variables passed to commands. Names that look like "
-        "secrets (KEY, TOKEN, SECRET, PASSWORD) are refused.",
+        "secrets (KEY, TOKEN, SECRET, PASSWORD, AUTH, CREDENTIAL, COOKIE) are refused.",
     )
+
+    @field_validator("env_passthrough")
+    @classmethod
+    def _no_secrets(cls, names: list[str]) -> list[str]:
+        secret = [n for n in names if SECRET_NAME.search(n)]
+        if secret:
+            raise ValueError(
+                f"{', '.join(secret)} look(s) like a secret; secrets are never passed to "
+                "commands (remove the name from env_passthrough)"
+            )
+        return names
 
 
 class WebSearchSettings(_Strict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -24,9 +25,12 @@ from fabric.domain.errors import (
 )
 from fabric.domain.models import ChatResponse, Message, ToolCall, Usage
 
+from .arguments import parse_arguments
+
 _BODY_LIMIT = 2000
 _TOOLS_UNSUPPORTED = ("does not support tools", "tool use is not supported", "tools are not")
 _CONTEXT_EXCEEDED = ("context length", "context_length", "maximum context", "too many tokens")
+_JSON = {"Content-Type": "application/json"}
 
 
 class OpenAIChatClient:
@@ -62,8 +66,11 @@ class OpenAIChatClient:
             body["tools"] = tools
         if self._temperature is not None:
             body["temperature"] = self._temperature
+        # Encoded here, ASCII-only: a lone surrogate (a model can send one as a JSON escape)
+        # goes back as the escape it came as instead of failing to encode as UTF-8.
+        content = json.dumps(body, separators=(",", ":")).encode("ascii")
         try:
-            reply = await self._http.post(self._url, json=body)
+            reply = await self._http.post(self._url, content=content, headers=_JSON)
         except httpx.TimeoutException as exc:
             raise ModelConnectionError(
                 f"the model server at {self._url} did not answer in time ({type(exc).__name__})",
@@ -119,11 +126,13 @@ class OpenAIChatClient:
                 hint="use a model with a longer context, or lower limits.tool_output_chars",
                 **kwargs,
             )
-        hint = (
-            "the server had a problem; try again, and check its logs"
-            if status >= 500
-            else "check the request settings in fabric.yaml (model name, temperature)"
-        )
+        if status == 429:
+            hint = "the server is rate limiting or out of quota; wait and try again, or check "
+            hint += "your plan with the provider"
+        elif status >= 500:
+            hint = "the server had a problem; try again, and check its logs"
+        else:
+            hint = "check the request settings in fabric.yaml (model name, temperature)"
         return ModelError(what, hint=hint, **kwargs)
 
     async def aclose(self) -> None:
@@ -137,17 +146,14 @@ def parse_completion(data: Any) -> ChatResponse:
         choice = data["choices"][0]
         message = choice["message"]
     except (KeyError, IndexError, TypeError) as exc:
-        raise ModelResponseError(
-            f"the model server's reply has no choices[0].message: {str(data)[:300]}",
-            hint="check that llm.base_url points at an OpenAI-compatible chat API",
-            body=str(data)[:_BODY_LIMIT],
-        ) from exc
-    content = message.get("content")
-    if content is not None and not isinstance(content, str):
-        content = json.dumps(content)
-    calls = tuple(
-        _tool_call(raw, index) for index, raw in enumerate(message.get("tool_calls") or ())
-    )
+        raise _no_message(data) from exc
+    if not isinstance(message, Mapping):
+        raise _no_message(data)
+    content = _text(message.get("content"))
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raw_calls = [raw_calls]
+    calls = _unique_ids([_tool_call(raw, index) for index, raw in enumerate(raw_calls)])
     wire: Message = {"role": "assistant", "content": content}
     if calls:
         wire["tool_calls"] = [
@@ -158,15 +164,44 @@ def parse_completion(data: Any) -> ChatResponse:
             }
             for c in calls
         ]
-    usage = data.get("usage") or {}
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
+    reason, model = choice.get("finish_reason"), data.get("model")
     return ChatResponse(
         message=wire,
         content=content,
         tool_calls=calls,
-        usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
-        finish_reason=choice.get("finish_reason"),
-        model=data.get("model"),
+        usage=Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))),
+        finish_reason=None if reason is None else str(reason),
+        model=None if model is None else str(model),
     )
+
+
+def _no_message(data: Any) -> ModelResponseError:
+    return ModelResponseError(
+        f"the model server's reply has no choices[0].message: {str(data)[:300]}",
+        hint="check that llm.base_url points at an OpenAI-compatible chat API",
+        body=str(data)[:_BODY_LIMIT],
+    )
+
+
+def _text(content: Any) -> str | None:
+    """Message content as text: a string, or the text parts of a list of content parts."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    return json.dumps(content)
+
+
+def _count(value: Any) -> int:
+    """A token count as sent, or 0 when it is missing or not a count."""
+    try:
+        return max(int(value or 0), 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def _tool_call(raw: Any, index: int) -> ToolCall:
@@ -175,18 +210,19 @@ def _tool_call(raw: Any, index: int) -> ToolCall:
         return ToolCall(f"call_{index}", "", None, json.dumps(raw), "no function in tool call")
     call_id = str(raw.get("id") or f"call_{index}")
     name = str(function.get("name") or "")
-    args = function.get("arguments")
-    if isinstance(args, Mapping):
-        return ToolCall(call_id, name, dict(args), json.dumps(args))
-    text = "" if args is None else str(args)
-    if not text.strip():
-        return ToolCall(call_id, name, {}, "{}")
-    try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        return ToolCall(call_id, name, None, text, f"invalid JSON ({exc})")
-    if not isinstance(parsed, dict):
-        return ToolCall(
-            call_id, name, None, text, f"expected an object, got {type(parsed).__name__}"
-        )
-    return ToolCall(call_id, name, parsed, text)
+    arguments, raw_arguments, error = parse_arguments(function.get("arguments"))
+    return ToolCall(call_id, name, arguments, raw_arguments, error)
+
+
+def _unique_ids(calls: list[ToolCall]) -> tuple[ToolCall, ...]:
+    """Each call's result is matched to it by id, so ids repeated in one reply get a suffix."""
+    seen: set[str] = set()
+    out = []
+    for call in calls:
+        call_id, number = call.id, 1
+        while call_id in seen:
+            number += 1
+            call_id = f"{call.id}_{number}"
+        seen.add(call_id)
+        out.append(call if call_id == call.id else replace(call, id=call_id))
+    return tuple(out)

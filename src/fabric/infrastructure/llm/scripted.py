@@ -8,12 +8,13 @@ client = ScriptedChatClient([
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fabric.domain.errors import ModelResponseError
+from fabric.domain.errors import ModelError, ModelResponseError
 from fabric.domain.models import ChatResponse, Message, ToolCall, Usage
+
+from .arguments import parse_arguments
 
 Responder = Callable[[Sequence[Message], Sequence[Mapping[str, Any]]], Awaitable[ChatResponse]]
 
@@ -32,20 +33,14 @@ def tool_call(
     return tool_calls((name, kwargs if arguments is None else arguments))
 
 
-def tool_calls(*calls: tuple[str, Mapping[str, Any] | str]) -> ChatResponse:
+def tool_calls(
+    *calls: tuple[str, Mapping[str, Any] | str], usage: Usage | None = None
+) -> ChatResponse:
     """Several tool calls in one assistant turn."""
     parsed: list[ToolCall] = []
     for index, (name, args) in enumerate(calls):
-        raw = args if isinstance(args, str) else json.dumps(args)
-        try:
-            value = json.loads(raw)
-        except ValueError as exc:
-            parsed.append(ToolCall(f"call_{index}", name, None, raw, f"invalid JSON ({exc})"))
-            continue
-        if isinstance(value, dict):
-            parsed.append(ToolCall(f"call_{index}", name, value, raw))
-        else:
-            parsed.append(ToolCall(f"call_{index}", name, None, raw, "expected an object"))
+        arguments, raw, error = parse_arguments(args)
+        parsed.append(ToolCall(f"call_{index}", name, arguments, raw, error))
     message: Message = {
         "role": "assistant",
         "content": None,
@@ -58,13 +53,41 @@ def tool_calls(*calls: tuple[str, Mapping[str, Any] | str]) -> ChatResponse:
             for c in parsed
         ],
     }
-    return ChatResponse(message, None, tuple(parsed), Usage(10, 5), "tool_calls")
+    return ChatResponse(message, None, tuple(parsed), usage or Usage(10, 5), "tool_calls")
+
+
+def check_history(messages: Sequence[Message]) -> str | None:
+    """What an OpenAI server would reject in this history, or None if it is well formed:
+    known roles, string contents for tool messages, and every assistant tool call answered
+    by exactly one tool message before the next turn."""
+    open_ids: set[str] = set()
+    for index, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role not in ("system", "user", "assistant", "tool"):
+            return f"messages[{index}] has an unknown role {role!r}"
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in open_ids:
+                return f"messages[{index}] answers tool call {call_id!r}, which is not pending"
+            if not isinstance(message.get("content"), str):
+                return f"messages[{index}]: a tool message's content must be a string"
+            open_ids.discard(call_id)
+            continue
+        if open_ids:
+            return f"messages[{index}] comes before tool call(s) {sorted(open_ids)} got results"
+        if role == "assistant":
+            open_ids = {c.get("id") for c in message.get("tool_calls") or ()}
+    if open_ids:
+        return f"the history ends before tool call(s) {sorted(open_ids)} got results"
+    return None
 
 
 class ScriptedChatClient:
     """Answers with the given responses in order; records every request it received.
 
     An item may also be an exception, which is raised at that step (to test error paths).
+    Like a real OpenAI server, it refuses (``ModelError``, status 400) a history that is not
+    well formed (see ``check_history``), so a test cannot pass on a history no server takes.
     """
 
     def __init__(
@@ -83,6 +106,13 @@ class ScriptedChatClient:
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
     ) -> ChatResponse:
         self.requests.append((list(messages), list(tools)))
+        problem = check_history(messages)
+        if problem:
+            raise ModelError(
+                f"the scripted model refused the request, as an OpenAI server would: {problem}",
+                hint="the code that built this history has a bug",
+                status_code=400,
+            )
         if len(self.requests) > len(self._script):
             raise ModelResponseError(
                 f"the script has {len(self._script)} responses but step {len(self.requests)} "

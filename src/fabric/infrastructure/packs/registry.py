@@ -101,17 +101,28 @@ def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[...,
     base = str(loaded.base_dir)
     if base not in sys.path:
         sys.path.insert(0, base)
+    importlib.invalidate_caches()  # see pack files created since the last import
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
+        hint = f"check that {module_name.replace('.', '/')}.py exists under {base} or is installed"
+        packs = sys.modules.get("packs")
+        if module_name.startswith("packs.") and getattr(packs, "__file__", None):
+            hint = (
+                f"{getattr(packs, '__file__', '')} makes 'packs' a regular package, which hides "
+                "fabric's built-in packs/ and any other packs/ folder; delete that __init__.py "
+                "so the folders merge"
+            )
         raise PackError(
-            f"{where}: cannot import {module_name!r}: {type(exc).__name__}: {exc}",
-            hint=f"check that {module_name.replace('.', '/')}.py exists under {base} "
-            "or is installed",
+            f"{where}: cannot import {module_name!r}: {type(exc).__name__}: {exc}", hint=hint
         ) from exc
     builder = getattr(module, attr, None)
     if not callable(builder):
-        found = [n for n, v in vars(module).items() if inspect.isfunction(v) and n[0] != "_"]
+        found = [
+            n
+            for n, v in vars(module).items()
+            if inspect.isfunction(v) and n[0] != "_" and v.__module__ == module.__name__
+        ]
         raise PackError(
             f"{where}: module {module_name!r} has no callable {attr!r}",
             hint=f"callables there: {', '.join(found) or 'none'}",

@@ -8,6 +8,7 @@ written under ``artifacts/`` beside the log and referenced by relative path.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -18,10 +19,14 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from fabric.domain.errors import ConfigError
+
 FORMAT_VERSION = 1
 RUNLOG_NAME = "runlog.jsonl"
 Observer = Callable[[Mapping[str, Any]], None]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_NAME_CHARS = 120
 
 
 def new_run_id() -> str:
@@ -32,6 +37,48 @@ def new_run_id() -> str:
 def schema_path() -> Traversable:
     """The published JSON Schema of one runlog line."""
     return resources.files("fabric").joinpath("runlog.schema.json")
+
+
+def _safe_name(name: str) -> str:
+    """A file name made from ``name`` (which may come from the model): no separators, no
+    leading dots, short enough for any file system; the extension is kept."""
+    safe = _UNSAFE.sub("_", name).strip("._") or "artifact"
+    if len(safe) > _NAME_CHARS:
+        stem, dot, ext = safe.rpartition(".")
+        ext = ext[:16] if dot and stem else ""
+        safe = safe[: _NAME_CHARS - len(ext) - 1].rstrip("._") + (f".{ext}" if ext else "")
+    return safe
+
+
+def _unique(name: str, taken: Callable[[str], bool]) -> str:
+    """``name``, or ``name-2``, ``name-3``, ... (before the extension) if it is taken."""
+    if not taken(name):
+        return name
+    stem, dot, ext = name.rpartition(".")
+    stem, ext = (stem, dot + ext) if dot and stem else (name, "")
+    number = 2
+    while taken(f"{stem}-{number}{ext}"):
+        number += 1
+    return f"{stem}-{number}{ext}"
+
+
+def _dumps(record: Mapping[str, Any], **options: Any) -> str:
+    """Strict JSON (no NaN or Infinity, which most JSON readers refuse): such numbers, e.g.
+    from a tool argument like ``1e999``, are written as text."""
+    try:
+        return json.dumps(record, allow_nan=False, default=str, **options)
+    except ValueError:
+        return json.dumps(_finite(record), allow_nan=False, default=str, **options)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _now() -> str:
@@ -45,9 +92,16 @@ class _Envelope:
         self._observers = observers
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
-        record = {"v": FORMAT_VERSION, "seq": self._seq, "ts": _now(), "run_id": self.run_id}
-        record["kind"] = kind
-        record.update(data)
+        envelope = {
+            "v": FORMAT_VERSION,
+            "seq": self._seq,
+            "ts": _now(),
+            "run_id": self.run_id,
+            "kind": kind,
+        }
+        record = {**envelope, **data}
+        if len(record) < len(envelope) + len(data):  # data reused an envelope key: it loses
+            record.update(envelope)
         self._seq += 1
         for observe in self._observers:
             observe(record)
@@ -58,30 +112,35 @@ class JsonlRunLog(_Envelope):
     """Writes ``<runs_dir>/<run_id>/runlog.jsonl``; safe to read while the run goes on."""
 
     def __init__(self, runs_dir: Path, run_id: str, *observers: Observer) -> None:
+        if not _RUN_ID.fullmatch(run_id):
+            raise ConfigError(
+                f"run id {run_id!r} cannot name a run folder",
+                hint="use letters, digits, '.', '_' and '-' only (at most 128), or let fabric "
+                "pick the id",
+            )
         super().__init__(run_id, observers)
         self.dir = runs_dir / run_id
         self.dir.mkdir(parents=True, exist_ok=False)
         self.path = self.dir / RUNLOG_NAME
-        self._file = self.path.open("x", encoding="utf-8")
+        # A lone surrogate (a model can send one as a JSON escape) is written as the JSON
+        # escape it came from, so the line stays valid UTF-8 and valid JSON.
+        self._file = self.path.open("x", encoding="utf-8", errors="backslashreplace")
 
     @property
     def location(self) -> str:
         return str(self.path)
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
-        line = json.dumps(
-            self._record(kind, data), ensure_ascii=False, separators=(",", ":"), default=str
-        )
+        line = _dumps(self._record(kind, data), ensure_ascii=False, separators=(",", ":"))
         self._file.write(line + "\n")
         self._file.flush()
 
     def save_artifact(self, name: str, content: str) -> str:
         folder = self.dir / "artifacts"
         folder.mkdir(exist_ok=True)
-        safe = _UNSAFE.sub("_", name).strip("._") or "artifact"
-        target = folder / safe
-        target.write_text(content, encoding="utf-8")
-        return os.path.relpath(target, self.dir)
+        target = folder / _unique(_safe_name(name), lambda n: (folder / n).exists())
+        target.write_text(content, encoding="utf-8", errors="backslashreplace")
+        return Path(os.path.relpath(target, self.dir)).as_posix()
 
     def close(self) -> None:
         if not self._file.closed:
@@ -103,10 +162,10 @@ class MemoryRunLog(_Envelope):
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
         # A JSON round trip, so tests see exactly what the file log would hold.
-        self.events.append(json.loads(json.dumps(self._record(kind, data), default=str)))
+        self.events.append(json.loads(_dumps(self._record(kind, data))))
 
     def save_artifact(self, name: str, content: str) -> str:
-        ref = f"artifacts/{_UNSAFE.sub('_', name)}"
+        ref = "artifacts/" + _unique(_safe_name(name), lambda n: f"artifacts/{n}" in self.artifacts)
         self.artifacts[ref] = content
         return ref
 

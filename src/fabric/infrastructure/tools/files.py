@@ -14,7 +14,9 @@ from fabric.domain.errors import SandboxError, ToolError
 from .workspace import check_writable, display, resolve_in_workspace
 
 _SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", ".mypy_cache", ".tox"}
-_MAX_READ_BYTES = 5_000_000
+_COUNT_LINES_UP_TO = 5_000_000
+"""read_file counts all lines of files up to this size; of bigger ones only up to the window."""
+_MAX_READ_CHARS = 500_000
 _MAX_SEARCH_FILE_BYTES = 2_000_000
 _MAX_LINE = 400
 
@@ -35,22 +37,49 @@ def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines: int =
     target = resolve_in_workspace(ctx.workspace, path)
     if not target.is_file():
         raise ToolError(f"{path!r} is not a file", hint="use list_files to see what exists")
-    if target.stat().st_size > _MAX_READ_BYTES:
+    first, count = max(start_line, 1), max(max_lines, 1)
+    large = target.stat().st_size > _COUNT_LINES_UP_TO
+    chosen: list[str] = []
+    chars = total = cut = 0
+    more = False
+    try:
+        if _is_binary(target):
+            raise ToolError(f"{path!r} looks binary; read_file only reads text")
+        # Lines as search_files numbers them (\n, \r\n or \r), read one at a time so a big
+        # file costs only the window asked for.
+        with target.open(encoding="utf-8", errors="replace") as fh:
+            for total, line in enumerate(fh, 1):
+                if total < first:
+                    continue
+                if len(chosen) < count and chars < _MAX_READ_CHARS:
+                    if len(line) > _MAX_READ_CHARS - chars:
+                        cut, line = total, line[: _MAX_READ_CHARS - chars] + "\n"
+                    chosen.append(line)
+                    chars += len(line)
+                    continue
+                more = True
+                if large:
+                    break
+    except OSError as exc:
+        raise ToolError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if first > 1 and not chosen:
         raise ToolError(
-            f"{path!r} is larger than {_MAX_READ_BYTES} bytes",
-            hint="use search_files to find the part you need",
+            f"{path!r} has {total} lines; start_line={start_line} is past the end",
+            hint="call read_file with a smaller start_line",
         )
-    if _is_binary(target):
-        raise ToolError(f"{path!r} looks binary; read_file only reads text")
-    lines = target.read_text("utf-8", errors="replace").splitlines(keepends=True)
-    start = max(start_line, 1) - 1
-    chosen = lines[start : start + max(max_lines, 1)]
     text = "".join(chosen)
-    end = start + len(chosen)
-    if end < len(lines):
+    last = first + len(chosen) - 1
+    if cut:
+        text += f"[... line {cut} is longer than {_MAX_READ_CHARS} characters; cut here ...]\n"
+    if more and large:
         text += (
-            f"\n[... lines {start + 1}-{end} of {len(lines)} shown; "
-            f"call read_file with start_line={end + 1} for more ...]"
+            f"\n[... lines {first}-{last} shown; the file is large and goes on; call read_file "
+            f"with start_line={last + 1} for more, or search_files to find the part you need ...]"
+        )
+    elif more:
+        text += (
+            f"\n[... lines {first}-{last} of {total} shown; "
+            f"call read_file with start_line={last + 1} for more ...]"
         )
     return text
 
@@ -65,11 +94,20 @@ def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) 
     """
     target = resolve_in_workspace(ctx.workspace, path)
     check_writable(target, ctx.protected)
+    if ".git" in Path(display(ctx.workspace, target)).parts:
+        raise SandboxError(
+            f"{path!r} is inside .git/, which tools may not change (a hook or config written "
+            "there would run later, outside the sandbox)",
+            hint="change the repository with git commands through shell",
+        )
     if target.is_dir():
         raise ToolError(f"{path!r} is a directory", hint="give a file path")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a" if append else "w", encoding="utf-8") as fh:
-        fh.write(content)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("a" if append else "w", encoding="utf-8") as fh:
+            fh.write(content)
+    except OSError as exc:
+        raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
     verb = "appended" if append else "wrote"
     return f"{verb} {len(content.encode())} bytes to {display(ctx.workspace, target)}"
 
@@ -123,6 +161,7 @@ def search_files(
     start = resolve_in_workspace(ctx.workspace, path)
     files = [display(ctx.workspace, start)] if start.is_file() else None
     results: list[str] = []
+    too_big: list[str] = []
     for rel in files or _walk(ctx.workspace, start, True, files_only=True):
         if glob and not fnmatch.fnmatch(Path(rel).name, glob):
             continue
@@ -130,16 +169,33 @@ def search_files(
             target = resolve_in_workspace(ctx.workspace, rel)
         except SandboxError:
             continue  # a symlink that points out of the workspace
-        if target.stat().st_size > _MAX_SEARCH_FILE_BYTES or _is_binary(target):
+        # Only regular files: opening a FIFO or a device would block or never end.
+        if not target.is_file():
             continue
-        with target.open(encoding="utf-8", errors="replace") as fh:
-            for number, line in enumerate(fh, 1):
-                if matcher.search(line[:4096]):
-                    results.append(f"{rel}:{number}: {line.rstrip()[:_MAX_LINE]}")
-                    if len(results) >= max_results:
-                        results.append(f"[... stopped at {max_results} matches ...]")
-                        return "\n".join(results)
-    return "\n".join(results) if results else f"no matches for {pattern!r}"
+        if target.stat().st_size > _MAX_SEARCH_FILE_BYTES:
+            too_big.append(rel)
+            continue
+        try:
+            if _is_binary(target):
+                continue
+            with target.open(encoding="utf-8", errors="replace") as fh:
+                for number, line in enumerate(fh, 1):
+                    if matcher.search(line[:4096]):
+                        results.append(f"{rel}:{number}: {line.rstrip()[:_MAX_LINE]}")
+                        if len(results) >= max_results:
+                            results.append(f"[... stopped at {max_results} matches ...]")
+                            return "\n".join(results)
+        except OSError:
+            continue  # unreadable (permissions, vanished): skip it like a binary file
+    if not results:
+        results.append(f"no matches for {pattern!r}")
+    if too_big:
+        shown = ", ".join(too_big[:10]) + (", ..." if len(too_big) > 10 else "")
+        results.append(
+            f"[not searched: {len(too_big)} file(s) over {_MAX_SEARCH_FILE_BYTES // 1_000_000} MB "
+            f"({shown}); page through them with read_file]"
+        )
+    return "\n".join(results)
 
 
 def _walk(root: Path, folder: Path, recursive: bool, *, files_only: bool) -> Iterator[str]:

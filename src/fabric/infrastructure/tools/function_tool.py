@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import to_jsonable_python
 
 from fabric.application.context import ToolContext
 from fabric.domain.errors import ToolArgumentError
@@ -31,7 +32,11 @@ from fabric.domain.models import ToolSpec
 
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 
-_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Raises|Yields|Example[s]?):\s*$")
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Keyword Args|Keyword Arguments|Returns?|Raises|Yields?|"
+    r"Examples?|Notes?|Warnings?|See Also|Todo|Attributes|References):\s*$"
+)
+_ARG_SECTIONS = ("Args", "Arguments", "Parameters", "Keyword Args", "Keyword Arguments")
 _ARG = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 
 
@@ -48,7 +53,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             continue
         if section is None:
             summary.append(line)
-        elif section in ("Args", "Arguments", "Parameters") and line.strip():
+        elif section in _ARG_SECTIONS and line.strip():
             this_indent = len(line) - len(line.lstrip())
             match = _ARG.match(line)
             if match and (current is None or this_indent <= indent):
@@ -70,24 +75,44 @@ class FunctionTool:
         self._fn = fn
         self._is_async = inspect.iscoroutinefunction(fn)
         description, arg_docs = parse_docstring(fn.__doc__)
-        hints = get_type_hints(fn)
+        try:
+            hints = get_type_hints(fn)
+        except NameError as exc:
+            raise TypeError(
+                f"tool {getattr(fn, '__name__', fn)}: cannot resolve its type hints ({exc}); "
+                "define the types it uses at module level"
+            ) from None
         fields: dict[str, Any] = {}
         self._wants_ctx = False
+        self._ctx_name: str | None = None
         self._bound: dict[str, Any] = {}
+        self._names: dict[str, str] = {}
         for index, param in enumerate(inspect.signature(fn).parameters.values()):
             annotation = hints.get(param.name, Any)
-            if index == 0 and annotation is ToolContext:
-                self._wants_ctx = True
+            if annotation is ToolContext:
+                if index == 0:
+                    self._wants_ctx = True
+                elif param.kind is param.POSITIONAL_ONLY:
+                    raise TypeError(f"tool {fn.__name__}: a ToolContext parameter must be first")
+                else:
+                    self._ctx_name = param.name
                 continue
             if bind and param.name in bind:
                 self._bound[param.name] = bind[param.name]
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"tool {fn.__name__}: *args/**kwargs cannot be described")
+            if param.kind is param.POSITIONAL_ONLY:
+                raise TypeError(f"tool {fn.__name__}: positional-only parameters cannot be set")
             default = ... if param.default is param.empty else param.default
-            fields[param.name] = (
+            # Fields get neutral names and the parameter name as alias, so a parameter may be
+            # called anything (``schema``, ``json``, ``model_name``) without clashing with
+            # pydantic's own attributes.
+            field_name = f"p{len(fields)}"
+            self._names[field_name] = param.name
+            fields[field_name] = (
                 annotation,
-                Field(default, description=arg_docs.get(param.name) or None),
+                Field(default, alias=param.name, description=arg_docs.get(param.name) or None),
             )
         tool_name = name or fn.__name__
         self._params: type[BaseModel] = create_model(
@@ -115,16 +140,20 @@ class FunctionTool:
                 f"invalid arguments for {self._spec.name}: {problems}",
                 hint=f"call {self._spec.name} again with arguments matching its schema",
             ) from None
-        return {k: getattr(parsed, k) for k in type(parsed).model_fields}
+        return {param: getattr(parsed, field) for field, param in self._names.items()}
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
         kwargs = {**self.validate(arguments), **self._bound}
+        if self._ctx_name:
+            kwargs[self._ctx_name] = ctx
         call_args = (ctx,) if self._wants_ctx else ()
         if self._is_async:
             result = await self._fn(*call_args, **kwargs)
         else:
             result = await asyncio.to_thread(self._fn, *call_args, **kwargs)
-        return result if isinstance(result, str) else json.dumps(result, default=str)
+        if isinstance(result, str):
+            return result
+        return json.dumps(to_jsonable_python(result, fallback=str), ensure_ascii=False)
 
 
 def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 The command line is split with ``shlex``; its first word must be a bare program name on the
 pack's ``allowed_commands``. The process starts in its own session (so the whole group can be
 killed), in the workspace, with stdin closed and a scrubbed environment. Output goes to
-temporary files rather than pipes, so a child that outlives a kill cannot keep fabric waiting.
+temporary files rather than pipes, so a child that outlives a kill cannot keep fabric waiting;
+a command that floods its output is stopped before it fills the disk.
 """
 
 from __future__ import annotations
@@ -11,38 +12,46 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shlex
 import shutil
 import signal
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import IO
 
 from fabric.application.context import ToolContext
-from fabric.config.schema import SandboxSettings
+from fabric.config.schema import SECRET_NAME, SandboxSettings
 from fabric.domain.errors import SandboxError, ToolError
 
 _OUTPUT_BYTES = 1_000_000
+_OUTPUT_KILL_BYTES = 32_000_000
+"""A command whose output passes this size is killed (the model sees the first MB anyway)."""
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HOME", "USER", "LOGNAME")
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 _KILL_GRACE = 2.0
+_POLL = 0.2
 
 
 def scrubbed_env(
     sandbox: SandboxSettings, source: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The environment a command gets: a short allowlist, never anything that looks secret."""
+    """The environment a command gets: a short allowlist, never anything that looks secret.
+
+    Relative ``PATH`` entries (``.``, empty, ``bin``) are dropped: they would let a file in
+    the workspace stand in for an allowed program."""
     env_source = os.environ if source is None else source
     names = [*_BASE_ENV, *sandbox.env_passthrough]
-    env = {n: env_source[n] for n in names if n in env_source and not _SECRET_NAME.search(n)}
-    env.setdefault("PATH", os.defpath)
+    env = {n: env_source[n] for n in names if n in env_source and not SECRET_NAME.search(n)}
+    path = env.get("PATH", os.defpath).split(os.pathsep)
+    env["PATH"] = os.pathsep.join(p for p in path if Path(p).is_absolute()) or os.defpath
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
 def parse_command(command: str, sandbox: SandboxSettings) -> list[str]:
     """Split ``command`` and check its program against the allowlist."""
+    if "\x00" in command:
+        raise ToolError("the command contains a NUL byte", hint="send plain text")
     try:
         argv = shlex.split(command)
     except ValueError as exc:
@@ -82,6 +91,8 @@ async def shell(ctx: ToolContext, command: str, timeout: float | None = None) ->
             f"program {argv[0]!r} is allowed but not installed on this machine",
             hint="install it, or use another allowed program",
         )
+    if timeout is not None and not timeout > 0:  # also NaN, which would never expire
+        raise ToolError("timeout must be more than 0 seconds", hint="leave it out for the default")
     limit = min(timeout or sandbox.command_timeout, sandbox.command_timeout)
     with tempfile.TemporaryFile() as out:
         try:
@@ -95,22 +106,36 @@ async def shell(ctx: ToolContext, command: str, timeout: float | None = None) ->
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ToolError(f"cannot start {argv[0]!r}: {exc}") from None
-        timed_out = False
         try:
-            await asyncio.wait_for(proc.wait(), limit)
-        except TimeoutError:
-            timed_out = True
-            await _kill_group(proc)
-        except BaseException:  # cancelled: leave nothing running behind us
-            await _kill_group(proc)
-            raise
-        await _kill_group(proc)  # children left behind by a program that exited
+            stopped = await _wait(proc, out, limit)
+        finally:  # also when cancelled: leave nothing running behind us
+            await _kill_group(proc)  # and children left behind by a program that exited
         text = _read_capped(out)
-    if timed_out:
-        return f"[killed after {limit:g}s timeout]\n{text}"
+    if stopped:
+        return f"[{stopped}]\n{text}"
     return f"[exit code {proc.returncode}]\n{text}"
+
+
+async def _wait(proc: asyncio.subprocess.Process, out: IO[bytes], limit: float) -> str | None:
+    """Wait for ``proc`` to exit; if it runs past ``limit`` seconds or floods its output,
+    return why it must be stopped."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return f"killed after {limit:g}s timeout"
+            done, _ = await asyncio.wait({waiter}, timeout=min(remaining, _POLL))
+            if done:
+                return None
+            if os.fstat(out.fileno()).st_size > _OUTPUT_KILL_BYTES:
+                return f"killed: output passed {_OUTPUT_KILL_BYTES // 1_000_000} MB"
+    finally:
+        waiter.cancel()
 
 
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:

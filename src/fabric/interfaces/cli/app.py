@@ -84,7 +84,7 @@ def run(
     from fabric.infrastructure.runlog import new_run_id
     from fabric.interfaces.compose import build_runner
 
-    from .render import Progress, print_result
+    from .render import Progress, describe_failure, print_result
 
     loaded = _load(config, as_json)
     name = pack or loaded.config.default_pack
@@ -118,6 +118,8 @@ def run(
         typer.echo(f"\ncancelled; runlog: {runner.runs_dir / run_id / 'runlog.jsonl'}", err=True)
         raise typer.Exit(1) from None
     print_result(result, as_json=as_json)
+    if quiet and not result.succeeded:  # the progress lines would have said why
+        typer.echo(describe_failure(result), err=True)
     raise typer.Exit(0 if result.succeeded else 1)
 
 

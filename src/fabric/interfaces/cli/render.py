@@ -62,6 +62,9 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
         head = f"  step {event['step']:>2}  {event['name']} {short_args(call.get('arguments', ''))}"
         if event.get("ok"):
             outcome = f"ok · {event.get('duration_ms', 0):.0f} ms"
+            status = _first_line(str(event.get("output", "")))
+            if event["name"] == "shell" and status.startswith("[") and status.endswith("]"):
+                outcome = f"{status[1:-1]} · {event.get('duration_ms', 0):.0f} ms"
         else:
             outcome = f"error: {_first_line((event.get('error') or {}).get('message', ''), 90)}"
         return f"{head.rstrip()}  → {outcome}"
@@ -115,6 +118,16 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
     if result.payload is not None:
         print(json.dumps(result.payload, indent=2, ensure_ascii=False))
     print(f"runlog: {result.runlog_path}")
+
+
+def describe_failure(result: RunResult) -> str:
+    """Why a run did not finish, with what to do next, for a person reading stderr."""
+    text = f"the task did not finish: {result.status.value} after {result.steps} step(s)"
+    if result.error:
+        text += f"\n{result.error.get('message', '')}"
+        if result.error.get("hint"):
+            text += f"\n  hint: {result.error['hint']}"
+    return text
 
 
 def find_runlog(ref: str, runs_dir: Callable[[], Path]) -> Path:

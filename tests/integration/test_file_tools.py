@@ -1,0 +1,392 @@
+"""The file tools on real files: what they do inside the workspace, and that nothing outside it
+can be read, listed, searched or written, whatever path the model sends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from fabric.application.context import ToolContext
+from fabric.config.schema import SandboxSettings
+from fabric.domain.errors import SandboxError, ToolError
+from fabric.infrastructure.tools.files import list_files, read_file, search_files, write_file
+from fabric.infrastructure.tools.library import library_tools
+
+SECRET = "TOP-SECRET-OUTSIDE-CONTENT"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder beside the workspace with a secret file in it."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    (folder / "secret.txt").write_text(SECRET + "\n")
+    return folder
+
+
+def files_in(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): p.read_text()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+# --- read_file ------------------------------------------------------------------------------
+
+
+def test_read_file_returns_the_text(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "app.py").write_text("def f():\n    return 1\n")
+    assert read_file(ctx, "src/app.py") == "def f():\n    return 1\n"
+    assert read_file(ctx, "./src/../src/app.py") == "def f():\n    return 1\n"
+
+
+def test_read_file_window_says_how_to_read_on(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 101)))
+    text = read_file(ctx, "long.txt", start_line=10, max_lines=3)
+    assert text.startswith("line 10\nline 11\nline 12\n")
+    assert "line 13" not in text
+    assert "lines 10-12 of 100 shown" in text
+    assert "start_line=13" in text
+    # the last window has no "more" note
+    assert read_file(ctx, "long.txt", start_line=99) == "line 99\nline 100\n"
+
+
+def test_read_file_past_the_end_says_how_long_the_file_is(
+    ctx: ToolContext, workspace: Path
+) -> None:
+    (workspace / "short.txt").write_text("a\nb\n")
+    with pytest.raises(ToolError, match="has 2 lines"):
+        read_file(ctx, "short.txt", start_line=5)
+    (workspace / "empty.txt").write_text("")
+    assert read_file(ctx, "empty.txt") == ""
+
+
+def test_read_file_line_numbers_match_search_results(ctx: ToolContext, workspace: Path) -> None:
+    """Form feeds and other odd separators must not shift read_file's numbering away from
+    the line numbers search_files reports."""
+    (workspace / "odd.py").write_text("a = 1\f\nb = 2\x1c still b\nc = 3\r\nneedle = 4\n")
+    hit = search_files(ctx, "needle")
+    assert hit.startswith("odd.py:4: needle = 4")
+    assert read_file(ctx, "odd.py", start_line=4, max_lines=1).startswith("needle = 4")
+
+
+def test_read_file_large_file_is_read_in_windows(ctx: ToolContext, workspace: Path) -> None:
+    line = "x" * 99 + "\n"
+    (workspace / "big.log").write_text(line * 60_000 + "THE END\n")  # about 6 MB
+    text = read_file(ctx, "big.log", start_line=2, max_lines=2)
+    assert text.startswith(line * 2)
+    assert "goes on" in text
+    assert "start_line=4" in text
+    assert read_file(ctx, "big.log", start_line=60_001).startswith("THE END")
+
+
+def test_read_file_cuts_an_enormous_line(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "min.js").write_text("y" * 2_000_000 + "\nnext\n")
+    text = read_file(ctx, "min.js")
+    assert len(text) < 600_000
+    assert "line 1 is longer than" in text
+    assert "start_line=2" in text
+
+
+def test_read_file_refuses_binary_folders_and_missing_files(
+    ctx: ToolContext, workspace: Path
+) -> None:
+    (workspace / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00")
+    (workspace / "dir").mkdir()
+    with pytest.raises(ToolError, match="looks binary"):
+        read_file(ctx, "img.png")
+    with pytest.raises(ToolError, match="not a file"):
+        read_file(ctx, "dir")
+    with pytest.raises(ToolError, match="not a file"):
+        read_file(ctx, "missing.txt")
+
+
+# --- write_file -----------------------------------------------------------------------------
+
+
+def test_write_file_creates_folders_and_appends(ctx: ToolContext, workspace: Path) -> None:
+    assert write_file(ctx, "pkg/sub/mod.py", "x = 1\n") == "wrote 6 bytes to pkg/sub/mod.py"
+    assert (workspace / "pkg" / "sub" / "mod.py").read_text() == "x = 1\n"
+    assert "appended" in write_file(ctx, "pkg/sub/mod.py", "y = 2\n", append=True)
+    assert (workspace / "pkg" / "sub" / "mod.py").read_text() == "x = 1\ny = 2\n"
+    write_file(ctx, "pkg/sub/mod.py", "z = 3\n")
+    assert (workspace / "pkg" / "sub" / "mod.py").read_text() == "z = 3\n"
+
+
+def test_write_file_onto_a_folder_or_through_a_file_is_a_tool_error(
+    ctx: ToolContext, workspace: Path
+) -> None:
+    (workspace / "dir").mkdir()
+    (workspace / "plain.txt").write_text("keep")
+    with pytest.raises(ToolError, match="is a directory"):
+        write_file(ctx, "dir", "x")
+    with pytest.raises(ToolError, match=r"cannot write 'plain\.txt/inner\.txt'"):
+        write_file(ctx, "plain.txt/inner.txt", "x")
+    assert (workspace / "plain.txt").read_text() == "keep"
+
+
+def test_write_file_refuses_protected_folders(workspace: Path) -> None:
+    runs = workspace / "runs"
+    (runs / "r1").mkdir(parents=True)
+    (runs / "r1" / "runlog.jsonl").write_text("{}\n")
+    (workspace / "runs_link").symlink_to(runs)
+    ctx = ToolContext("t", workspace, SandboxSettings(), protected=(runs,))
+    for path in ("runs/r1/runlog.jsonl", "runs/new.txt", "runs_link/r1/runlog.jsonl", "runs"):
+        with pytest.raises(SandboxError, match="protected"):
+            write_file(ctx, path, "tampered")
+    assert (runs / "r1" / "runlog.jsonl").read_text() == "{}\n"
+    assert sorted(p.name for p in runs.iterdir()) == ["r1"]
+    # elsewhere in the workspace is fine
+    write_file(ctx, "notes.txt", "ok")
+
+
+def test_write_file_refuses_git_internals(ctx: ToolContext, workspace: Path) -> None:
+    """A hook or config written into .git/ would run later, outside any sandbox."""
+    hooks = workspace / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "gitdir").symlink_to(workspace / ".git")
+    for path in (".git/hooks/pre-commit", ".git/config", "sub/gitdir/hooks/post-checkout"):
+        with pytest.raises(SandboxError, match=r"\.git"):
+            write_file(ctx, path, "#!/bin/sh\ntouch pwned\n")
+    assert list(hooks.iterdir()) == []
+    assert not (workspace / ".git" / "config").exists()
+    # names that merely look like it are ordinary files
+    write_file(ctx, ".gitignore", "*.pyc\n")
+    write_file(ctx, "docs/.github/x.md", "x")
+
+
+# --- list_files -----------------------------------------------------------------------------
+
+
+def test_list_files(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "src" / "pkg").mkdir(parents=True)
+    (workspace / "src" / "pkg" / "a.py").write_text("")
+    (workspace / "README.md").write_text("")
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "HEAD").write_text("ref")
+    (workspace / "__pycache__").mkdir()
+    (workspace / "__pycache__" / "x.pyc").write_text("")
+    assert list_files(ctx).splitlines() == ["src/", "README.md"]
+    assert list_files(ctx, recursive=True).splitlines() == [
+        "src/",
+        "README.md",
+        "src/pkg/",
+        "src/pkg/a.py",
+    ]
+    assert list_files(ctx, "src/pkg") == "src/pkg/a.py"
+    (workspace / "empty").mkdir()
+    assert list_files(ctx, "empty") == "(empty)"
+    with pytest.raises(ToolError, match="not a folder"):
+        list_files(ctx, "README.md")
+
+
+def test_list_files_stops_at_max_entries(ctx: ToolContext, workspace: Path) -> None:
+    for i in range(20):
+        (workspace / f"f{i:02}.txt").write_text("")
+    lines = list_files(ctx, max_entries=5).splitlines()
+    assert lines[:5] == ["f00.txt", "f01.txt", "f02.txt", "f03.txt", "f04.txt"]
+    assert lines[5] == "[... stopped at 5 entries ...]"
+
+
+# --- search_files ---------------------------------------------------------------------------
+
+
+def test_search_files(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "a.py").write_text("import os\ndef parse_date(s):\n    pass\n")
+    (workspace / "src" / "b.txt").write_text("Parse_Date in prose\n")
+    assert search_files(ctx, "parse_date").splitlines() == [
+        "src/a.py:2: def parse_date(s):",
+        "src/b.txt:1: Parse_Date in prose",
+    ]
+    assert search_files(ctx, "parse_date", case_sensitive=True) == "src/a.py:2: def parse_date(s):"
+    assert search_files(ctx, "parse", glob="*.txt") == "src/b.txt:1: Parse_Date in prose"
+    assert search_files(ctx, r"^def \w+\(", regex=True) == "src/a.py:2: def parse_date(s):"
+    assert search_files(ctx, "import", path="src/a.py") == "src/a.py:1: import os"
+    # a regex character is literal unless regex is true
+    assert search_files(ctx, "parse_date(") == "src/a.py:2: def parse_date(s):"
+    assert search_files(ctx, "nothing here") == "no matches for 'nothing here'"
+    with pytest.raises(ToolError, match="invalid regular expression"):
+        search_files(ctx, "(", regex=True)
+
+
+def test_search_files_stops_at_max_results(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "many.txt").write_text("hit\n" * 50)
+    lines = search_files(ctx, "hit", max_results=3).splitlines()
+    assert lines == ["many.txt:1: hit", "many.txt:2: hit", "many.txt:3: hit", lines[3]]
+    assert "stopped at 3" in lines[3]
+
+
+def test_search_files_skips_binary_git_and_caches(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "blob.bin").write_bytes(b"needle\x00\x01\x02")
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "COMMIT_EDITMSG").write_text("needle\n")
+    (workspace / "node_modules" / "lib").mkdir(parents=True)
+    (workspace / "node_modules" / "lib" / "x.js").write_text("needle\n")
+    (workspace / "real.txt").write_text("needle\n")
+    assert search_files(ctx, "needle") == "real.txt:1: needle"
+
+
+def test_search_files_names_files_too_big_to_search(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "huge.log").write_text("needle\n" + "x" * 2_100_000)
+    result = search_files(ctx, "needle")
+    assert result.startswith("no matches for 'needle'")
+    assert "huge.log" in result
+    assert "read_file" in result
+
+
+def test_search_files_does_not_hang_on_a_fifo(ctx: ToolContext, workspace: Path) -> None:
+    """A named pipe in the workspace (a program can make one) must be skipped, not opened:
+    opening it for reading blocks until someone writes."""
+    fifo = workspace / "pipe"
+    os.mkfifo(fifo)
+    (workspace / "real.txt").write_text("needle\n")
+    results: list[str] = []
+    worker = threading.Thread(target=lambda: results.append(search_files(ctx, "needle")))
+    worker.daemon = True
+    worker.start()
+    worker.join(timeout=15)
+    if worker.is_alive():  # unblock the stuck reader before failing
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        worker.join(timeout=5)
+        pytest.fail("search_files blocked on a FIFO")
+    assert results == ["real.txt:1: needle"]
+
+
+# --- escapes --------------------------------------------------------------------------------
+
+
+def _escape_paths(workspace: Path, outside: Path) -> list[str]:
+    """Every way we know to name the outside file or folder from inside the workspace."""
+    (workspace / "file_link").symlink_to(outside / "secret.txt")
+    (workspace / "dir_link").symlink_to(outside)
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "deep_link").symlink_to(outside)
+    (workspace / "relative_link").symlink_to(Path("..") / "outside" / "secret.txt")
+    return [
+        "../outside/secret.txt",
+        "sub/../../outside/secret.txt",
+        str(outside / "secret.txt"),
+        "/etc/passwd",
+        "~/.ssh/id_rsa",
+        "~",
+        "file_link",
+        "relative_link",
+        "dir_link/secret.txt",
+        "sub/deep_link/secret.txt",
+        "dir_link",
+        "sub/deep_link/../outside/secret.txt",
+        "secret.txt\x00.png",
+        "..",
+        "sub/..//../",
+    ]
+
+
+def test_read_file_refuses_every_escape(ctx: ToolContext, workspace: Path, outside: Path) -> None:
+    for path in _escape_paths(workspace, outside):
+        with pytest.raises(SandboxError) as info:
+            read_file(ctx, path)
+        assert SECRET not in str(info.value), path
+
+
+def test_list_files_refuses_every_escape(ctx: ToolContext, workspace: Path, outside: Path) -> None:
+    for path in _escape_paths(workspace, outside):
+        with pytest.raises(SandboxError):
+            list_files(ctx, path, recursive=True)
+
+
+def test_search_files_refuses_every_escape(
+    ctx: ToolContext, workspace: Path, outside: Path
+) -> None:
+    for path in _escape_paths(workspace, outside):
+        with pytest.raises(SandboxError):
+            search_files(ctx, "SECRET", path=path)
+
+
+def test_write_file_refuses_every_escape(ctx: ToolContext, workspace: Path, outside: Path) -> None:
+    before = files_in(outside)
+    (workspace / "dangling").symlink_to(outside / "not-yet.txt")
+    for path in [*_escape_paths(workspace, outside), "dangling", "dir_link/new.txt"]:
+        with pytest.raises(SandboxError):
+            write_file(ctx, path, "OVERWRITTEN")
+    assert files_in(outside) == before
+    assert not (outside / "not-yet.txt").exists()
+    assert not (outside / "new.txt").exists()
+
+
+def test_whole_workspace_listing_and_search_never_show_outside_content(
+    ctx: ToolContext, workspace: Path, outside: Path
+) -> None:
+    _escape_paths(workspace, outside)
+    (workspace / "mine.txt").write_text("SECRET is a word here too\n")
+    listing = list_files(ctx, recursive=True)
+    assert "secret.txt" not in listing  # the linked folder is not walked into
+    assert "dir_link/" in listing  # but the link itself is visible
+    found = search_files(ctx, "SECRET")
+    assert found == "mine.txt:1: SECRET is a word here too"
+    assert SECRET not in found
+
+
+def test_symlink_loops_are_errors_not_crashes(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "loop").symlink_to("loop")
+    (workspace / "a").symlink_to("b")
+    (workspace / "b").symlink_to("a")
+    (workspace / "f.txt").write_text("hit\n")
+    for path in ("loop", "a"):
+        with pytest.raises(ToolError):
+            read_file(ctx, path)
+        with pytest.raises(ToolError):
+            write_file(ctx, path, "x")
+    assert search_files(ctx, "hit") == "f.txt:1: hit"
+    assert list_files(ctx).splitlines() == ["a", "b", "f.txt", "loop"]
+
+
+def test_a_symlink_that_stays_inside_is_followed(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "real.txt").write_text("inside\n")
+    (workspace / "alias.txt").symlink_to(workspace / "real.txt")
+    assert read_file(ctx, "alias.txt") == "inside\n"
+    write_file(ctx, "alias.txt", "changed\n")
+    assert (workspace / "real.txt").read_text() == "changed\n"
+
+
+def test_a_workspace_reached_through_a_symlink_still_works(tmp_path: Path, outside: Path) -> None:
+    real = tmp_path / "real_ws"
+    real.mkdir()
+    (real / "a.txt").write_text("a\n")
+    linked = tmp_path / "ws_link"
+    linked.symlink_to(real)
+    ctx = ToolContext("t", linked, SandboxSettings())
+    assert read_file(ctx, "a.txt") == "a\n"
+    assert list_files(ctx) == "a.txt"
+    assert write_file(ctx, "b.txt", "b") == "wrote 1 bytes to b.txt"
+    with pytest.raises(SandboxError):
+        read_file(ctx, "../outside/secret.txt")
+
+
+# --- as the model calls them ----------------------------------------------------------------
+
+
+def test_refusals_reach_the_model_as_tool_errors_with_a_hint(
+    ctx: ToolContext, workspace: Path, outside: Path
+) -> None:
+    tools = {t.spec.name: t for t in library_tools("read_file", "write_file")}
+
+    def call(name: str, args: dict[str, object]) -> str:
+        return asyncio.run(tools[name](args, ctx))
+
+    with pytest.raises(SandboxError) as info:
+        call("read_file", {"path": "../outside/secret.txt"})
+    assert "outside the workspace" in info.value.message
+    assert info.value.hint
+    with pytest.raises(SandboxError) as info:
+        call("write_file", {"path": "/tmp/x", "content": "x"})
+    assert "absolute path" in info.value.message
+    assert call("write_file", {"path": "ok.txt", "content": "fine"}) == "wrote 4 bytes to ok.txt"

@@ -1,0 +1,383 @@
+"""fabric.yaml: where it is found, environment overrides, and what a broken file says."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fabric.config.loader import PACKAGED, load_config
+from fabric.config.schema import LLMSettings, SandboxSettings
+from fabric.domain.errors import ConfigError
+from fabric.interfaces.compose import api_key
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(folder: Path, text: str, name: str = "fabric.yaml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text), "utf-8")
+    return path
+
+
+def line_of(path: Path, needle: str) -> int:
+    """1-based number of the first line of ``path`` containing ``needle``."""
+    for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+def config_error(path: Path | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    return str(info.value)
+
+
+# --- the packaged default -------------------------------------------------------------------
+
+
+def test_packaged_default_is_the_repos_fabric_yaml() -> None:
+    packaged = REPO / "src" / "fabric" / "config" / "default.yaml"
+    assert packaged.read_bytes() == (REPO / "fabric.yaml").read_bytes()
+
+
+def test_packaged_default_loads_the_built_in_packs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./fabric.yaml here
+    loaded = load_config()
+    assert loaded.source == PACKAGED
+    assert list(loaded.config.packs) == ["engineering", "research", "reviewer"]
+    assert loaded.config.default_pack == "engineering"
+    assert loaded.runs_dir == (tmp_path / "runs").resolve()
+
+
+# --- where the config comes from ------------------------------------------------------------
+
+
+@pytest.fixture
+def three_configs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """A ./fabric.yaml in the cwd, one for FABRIC_CONFIG and one for --config, told apart by
+    their runs_dir."""
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    return {
+        "cwd": write(cwd, "runs_dir: from-cwd\n"),
+        "env": write(tmp_path, "runs_dir: from-env\n", "env.yaml"),
+        "flag": write(tmp_path, "runs_dir: from-flag\n", "flag.yaml"),
+    }
+
+
+def test_explicit_config_wins_over_env_and_cwd(
+    three_configs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_CONFIG", str(three_configs["env"]))
+    loaded = load_config(three_configs["flag"])
+    assert loaded.config.runs_dir == "from-flag"
+    assert loaded.source == str(three_configs["flag"])
+
+
+def test_fabric_config_env_wins_over_cwd(
+    three_configs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_CONFIG", str(three_configs["env"]))
+    assert load_config().config.runs_dir == "from-env"
+
+
+def test_cwd_fabric_yaml_is_used_when_nothing_is_given(three_configs: dict[str, Path]) -> None:
+    loaded = load_config()
+    assert loaded.config.runs_dir == "from-cwd"
+    # runs_dir is relative to the config file's folder, not to wherever fabric was started
+    assert loaded.runs_dir == (three_configs["cwd"].parent / "from-cwd").resolve()
+
+
+def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
+    message = config_error(tmp_path / "nope.yaml")
+    assert "nope.yaml" in message
+    assert "does not exist" in message
+
+
+def test_fabric_config_pointing_nowhere_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "runs_dir: here\n")  # must not be used silently instead
+    monkeypatch.setenv("FABRIC_CONFIG", str(tmp_path / "gone.yaml"))
+    message = config_error()
+    assert "FABRIC_CONFIG" in message
+    assert "gone.yaml" in message
+
+
+def test_empty_file_means_all_defaults(tmp_path: Path) -> None:
+    loaded = load_config(write(tmp_path, ""))
+    assert loaded.config.packs == {}
+    assert str(loaded.config.llm.base_url) == "http://127.0.0.1:11434/v1"
+
+
+# --- environment overrides ------------------------------------------------------------------
+
+
+MODELS_YAML = """\
+llm:
+  base_url: http://10.0.0.1:8000/v1
+  models: {default: small, coder: big}
+packs:
+  p:
+    builder: engineering
+    model: coder
+  q:
+    builder: engineering
+    model: other
+"""
+
+
+def test_fabric_base_url_overrides_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_BASE_URL", "http://127.0.0.1:9999/v1")
+    loaded = load_config(write(tmp_path, MODELS_YAML))
+    assert str(loaded.config.llm.base_url) == "http://127.0.0.1:9999/v1"
+
+
+def test_fabric_model_overrides_every_model_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_MODEL", "llama3.1:8b")
+    loaded = load_config(write(tmp_path, MODELS_YAML))
+    # every key the file names, including a pack's key that llm.models lacks
+    assert loaded.config.llm.models == {
+        "default": "llama3.1:8b",
+        "coder": "llama3.1:8b",
+        "other": "llama3.1:8b",
+    }
+
+
+def test_without_env_the_file_is_taken_as_written(tmp_path: Path) -> None:
+    loaded = load_config(write(tmp_path, MODELS_YAML))
+    assert str(loaded.config.llm.base_url) == "http://10.0.0.1:8000/v1"
+    assert loaded.config.llm.models == {"default": "small", "coder": "big"}
+
+
+def test_invalid_fabric_base_url_names_the_variable_not_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_BASE_URL", "not a url")
+    message = config_error(write(tmp_path, MODELS_YAML))
+    assert "FABRIC_BASE_URL" in message
+    assert "'not a url'" in message
+
+
+def test_env_override_on_a_wrongly_typed_llm_section_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_BASE_URL", "http://127.0.0.1:1/v1")
+    monkeypatch.setenv("FABRIC_MODEL", "m")
+    path = write(tmp_path, "version: 1\nllm: 5\n")
+    message = config_error(path)
+    assert f"{path}:2: llm:" in message
+
+
+def test_api_key_comes_from_fabric_api_key_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    llm = LLMSettings()
+    assert api_key(llm) is None
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    assert api_key(llm) == "sk-openai"
+    monkeypatch.setenv("FABRIC_API_KEY", "sk-fabric")
+    assert api_key(llm) == "sk-fabric"
+
+
+def test_api_key_env_list_is_configurable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FABRIC_API_KEY", "sk-fabric")
+    monkeypatch.setenv("MY_PROVIDER_KEY", "sk-mine")
+    loaded = load_config(write(tmp_path, "llm:\n  api_key_env: [MY_PROVIDER_KEY]\n"))
+    assert api_key(loaded.config.llm) == "sk-mine"
+
+
+def test_empty_api_key_variable_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FABRIC_API_KEY", "")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    assert api_key(LLMSettings()) == "sk-openai"
+
+
+# --- broken files: one ConfigError with file, key path and line -----------------------------
+
+
+def test_bad_yaml_names_file_and_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        llm:
+          models: {default: m}
+        packs:
+          p:
+            builder: "engineering
+        runs_dir: x
+        """,
+    )
+    message = config_error(path)
+    assert message.startswith(f"{path}:")
+    assert "not valid YAML" in message
+    line = int(message.split(":")[1])
+    assert line >= line_of(path, "builder:")
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path, "- a\n- b\n"))
+    assert "top level must be a mapping" in message
+
+
+def test_unknown_top_level_key_lists_the_valid_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "version: 1\nrun_dir: runs\n")
+    message = config_error(path)
+    assert f"{path}:2: run_dir: unknown key" in message
+    for key in ("version", "llm", "runs_dir", "default_pack", "packs"):
+        assert key in message.split("valid keys:")[1]
+
+
+def test_unknown_nested_key_lists_that_sections_keys(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        llm:
+          models: {default: m}
+          timeouts:
+            connect: 5
+            reed: 60
+        """,
+    )
+    message = config_error(path)
+    assert f"{path}:{line_of(path, 'reed')}: llm.timeouts.reed: unknown key" in message
+    assert "valid keys: connect, read, write" in message
+
+
+def test_unknown_key_in_a_packs_sandbox(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        packs:
+          eng:
+            builder: engineering
+            sandbox:
+              allowed_comands: [python]
+        """,
+    )
+    message = config_error(path)
+    key_line = line_of(path, "allowed_comands")
+    assert f"{path}:{key_line}: packs.eng.sandbox.allowed_comands: unknown key" in message
+    assert "allowed_commands" in message.split("valid keys:")[1]
+
+
+def test_wrong_type_names_key_path_and_line(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        packs:
+          eng:
+            builder: engineering
+            limits:
+              max_steps: many
+        """,
+    )
+    message = config_error(path)
+    assert f"{path}:{line_of(path, 'max_steps')}: packs.eng.limits.max_steps:" in message
+    assert "integer" in message
+
+
+def test_all_problems_come_in_one_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        version: 2
+        llm:
+          temperature: 9
+        runs_dir: [a]
+        """,
+    )
+    message = config_error(path)
+    assert message.startswith("invalid configuration")
+    assert f"{path}:1: version:" in message
+    assert f"{path}:3: llm.temperature:" in message
+    assert f"{path}:4: runs_dir:" in message
+
+
+def test_duplicate_key_is_an_error_not_a_silent_overwrite(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        packs:
+          eng:
+            builder: engineering
+          eng:
+            builder: research
+        """,
+    )
+    message = config_error(path)
+    assert f"{path}:4:" in message
+    assert "duplicate key 'eng'" in message
+    assert "line 2" in message
+
+
+def test_duplicate_key_on_one_line_is_found_too(tmp_path: Path) -> None:
+    message = config_error(write(tmp_path, "llm: {models: {default: a, default: b}}\n"))
+    assert "duplicate key 'default'" in message
+
+
+def test_yaml_merge_keys_still_work(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        packs:
+          a: &base
+            builder: engineering
+            model: default
+          b:
+            <<: *base
+            description: second
+        """,
+    )
+    packs = load_config(path).config.packs
+    assert packs["b"].builder == "engineering"
+    assert packs["b"].description == "second"
+
+
+def test_secret_looking_env_passthrough_is_refused(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        packs:
+          eng:
+            builder: engineering
+            sandbox:
+              env_passthrough: [CI, GITHUB_TOKEN]
+        """,
+    )
+    message = config_error(path)
+    assert (
+        f"{path}:{line_of(path, 'env_passthrough')}: packs.eng.sandbox.env_passthrough" in message
+    )
+    assert "GITHUB_TOKEN" in message
+    assert "secret" in message
+
+
+@pytest.mark.parametrize(
+    "name", ["OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "NPM_AUTH", "GH_TOKEN"]
+)
+def test_sandbox_settings_refuse_secret_names(name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        SandboxSettings(env_passthrough=[name])
+
+
+def test_sandbox_settings_allow_ordinary_names() -> None:
+    settings = SandboxSettings(env_passthrough=["CI", "GIT_AUTHOR_NAME", "PYTHONHASHSEED"])
+    assert settings.env_passthrough == ["CI", "GIT_AUTHOR_NAME", "PYTHONHASHSEED"]
+
+
+def test_where_points_at_a_key_or_just_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, MODELS_YAML)
+    loaded = load_config(path)
+    assert loaded.where("packs", "q", "model") == f"{path}:{line_of(path, 'model: other')}"
+    # a key that is not in the file points at its nearest parent
+    assert loaded.where("packs", "q", "limits") == f"{path}:{line_of(path, '  q:')}"

@@ -1,0 +1,418 @@
+"""The runlog: one valid JSON object a line, readable while the run goes on, artifacts beside
+it, one folder per run. Ends with a whole run against a real loopback model server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+from support import assert_valid_runlog, kinds, read_events
+
+from fabric.application.execute_task import execute_task
+from fabric.domain.errors import ConfigError
+from fabric.domain.models import RunStatus
+from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
+from fabric.infrastructure.runlog import (
+    FORMAT_VERSION,
+    JsonlRunLog,
+    MemoryRunLog,
+    new_run_id,
+    schema_path,
+)
+from fabric.testing import MockOpenAIServer, completion
+from packs.engineering import EngineeringSettings, build
+
+SCHEMA = json.loads(schema_path().read_text("utf-8"))
+VALIDATOR = Draft202012Validator(SCHEMA)
+
+
+def started_event() -> dict[str, Any]:
+    return {
+        "pack": "p",
+        "task": "t",
+        "model": "m",
+        "workspace": "/w",
+        "limits": {},
+        "sandbox": {},
+        "system_prompt": "s",
+        "finish_schema": {"type": "object"},
+    }
+
+
+def finished_event(status: str = "completed") -> dict[str, Any]:
+    usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    return {"status": status, "payload": {}, "steps": 1, "usage": usage, "duration_s": 0.1}
+
+
+# --- the envelope and line format -------------------------------------------------------------
+
+
+def test_every_line_has_the_envelope_in_order(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    before = datetime.now(UTC)
+    log.emit("run_started", started_event())
+    log.emit("nudge", {"step": 1, "message": "go on"})
+    log.emit("run_finished", finished_event())
+    log.close()
+    after = datetime.now(UTC)
+
+    lines = Path(log.location).read_text("utf-8").splitlines()
+    assert len(lines) == 3
+    events = [json.loads(line) for line in lines]
+    for seq, event in enumerate(events):
+        assert list(event)[:5] == ["v", "seq", "ts", "run_id", "kind"]
+        assert event["v"] == FORMAT_VERSION and event["seq"] == seq and event["run_id"] == "r1"
+        assert event["ts"].endswith("Z")
+        ts = datetime.fromisoformat(event["ts"].replace("Z", "+00:00"))
+        assert before - timedelta(seconds=1) <= ts <= after + timedelta(seconds=1)
+    assert kinds(events) == ["run_started", "nudge", "run_finished"]
+    assert events[1]["message"] == "go on"
+    assert_valid_runlog(log.location)
+
+
+def test_event_data_cannot_overwrite_the_envelope(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    log.emit("run_started", {**started_event(), "seq": 99, "run_id": "x", "kind": "nudge"})
+    log.emit("run_finished", finished_event())
+    log.close()
+    first = read_events(log.location)[0]
+    assert (first["seq"], first["run_id"], first["kind"]) == (0, "r1", "run_started")
+    assert_valid_runlog(log.location)
+
+
+def test_lines_are_compact_json_with_readable_unicode(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    log.emit("run_started", {**started_event(), "task": "grüße\nnew line 日本"})
+    log.close()
+    text = Path(log.location).read_text("utf-8")
+    assert text.count("\n") == 1 and text.endswith("\n")  # a newline in data stays escaped
+    assert "grüße" in text and "日本" in text and ": " not in text
+
+
+def test_values_json_cannot_hold_are_written_as_text(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    log.emit("run_started", {**started_event(), "workspace": Path("/w/x"), "extra": {1, 2}})
+    log.close()
+    event = read_events(log.location)[0]
+    assert event["workspace"] == "/w/x"
+
+
+def test_numbers_json_cannot_hold_are_written_as_text_not_nan(tmp_path: Path) -> None:
+    """Most JSON readers (jq, browsers, Go) refuse NaN and Infinity, so they never appear."""
+    data = {**started_event(), "limits": {"a": float("nan"), "b": [float("inf"), 1.5]}}
+    log = JsonlRunLog(tmp_path, "r1")
+    log.emit("run_started", data)
+    log.close()
+    text = Path(log.location).read_text("utf-8")
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the log"))
+    assert strict["limits"] == {"a": "nan", "b": ["inf", 1.5]}
+    memory = MemoryRunLog("m")
+    memory.emit("run_started", data)
+    assert memory.events[0]["limits"] == strict["limits"]
+
+
+def test_a_lone_surrogate_stays_valid_utf8_and_round_trips(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    log.emit("run_started", {**started_event(), "task": "a\ud800b\\ud800"})
+    log.close()
+    Path(log.location).read_bytes().decode("utf-8")  # strict
+    assert read_events(log.location)[0]["task"] == "a\ud800b\\ud800"
+
+
+def test_every_line_is_flushed_as_it_is_written(tmp_path: Path) -> None:
+    """Another reader (fabric show, the HTTP event stream, tail -f) sees each complete line
+    while the log is still open."""
+    log = JsonlRunLog(tmp_path, "r1")
+    path = Path(log.location)
+    seen: list[int] = []
+    log.emit("run_started", started_event())
+    for step in range(1, 4):
+        log.emit("nudge", {"step": step, "message": "m"})
+        with path.open(encoding="utf-8") as reader:  # a separate handle
+            text = reader.read()
+        assert text.endswith("\n")
+        seen.append(len([json.loads(line) for line in text.splitlines()]))
+    assert seen == [2, 3, 4]
+    log.close()
+
+
+def test_observers_see_each_event_as_written(tmp_path: Path) -> None:
+    got: list[tuple[int, str]] = []
+    log = JsonlRunLog(tmp_path, "r1", lambda e: got.append((e["seq"], e["kind"])))
+    log.emit("run_started", started_event())
+    log.emit("run_finished", finished_event())
+    log.close()
+    assert got == [(0, "run_started"), (1, "run_finished")]
+
+
+def test_close_twice_is_fine(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    log.close()
+    log.close()
+
+
+# --- one folder per run -------------------------------------------------------------------------
+
+
+def test_the_log_lives_in_runs_dir_slash_run_id(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path / "nested" / "runs", "20261122T031500Z-abc123")
+    assert log.location == str(tmp_path / "nested/runs/20261122T031500Z-abc123/runlog.jsonl")
+    assert Path(log.location).is_file()
+    log.close()
+
+
+def test_a_run_folder_is_never_reused(tmp_path: Path) -> None:
+    first = JsonlRunLog(tmp_path, "same")
+    first.emit("run_started", started_event())
+    first.close()
+    with pytest.raises(FileExistsError):
+        JsonlRunLog(tmp_path, "same")
+    assert len(read_events(first.location)) == 1  # the first run's log is untouched
+
+
+@pytest.mark.parametrize(
+    "run_id", ["", "../escape", "a/b", "/abs", ".hidden", "x" * 200, "tab\tid", "a\\b"]
+)
+def test_run_ids_that_are_not_plain_folder_names_are_refused(tmp_path: Path, run_id: str) -> None:
+    runs = tmp_path / "runs"
+    with pytest.raises(ConfigError, match="cannot name a run folder") as info:
+        JsonlRunLog(runs, run_id)
+    assert info.value.hint
+    assert not (tmp_path / "escape").exists() and not runs.exists()
+
+
+def test_new_run_ids_sort_by_time_and_are_plain_folder_names(tmp_path: Path) -> None:
+    ids = [new_run_id() for _ in range(50)]
+    assert len(set(ids)) == 50
+    for run_id in ids:
+        assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", run_id)
+    JsonlRunLog(tmp_path, ids[0]).close()
+
+
+# --- artifacts -------------------------------------------------------------------------------
+
+
+def test_artifacts_are_written_beside_the_log(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    ref = log.save_artifact("step1-read_file-call_0.txt", "full output ✓\n" * 1000)
+    assert ref == "artifacts/step1-read_file-call_0.txt"
+    assert (tmp_path / "r1" / ref).read_text("utf-8") == "full output ✓\n" * 1000
+    log.close()
+
+
+@pytest.mark.parametrize(
+    "name", ["../../outside.txt", "/etc/passwd", "..", "a/../../b", "x\x00y", "", "...txt"]
+)
+def test_artifact_names_cannot_leave_the_artifacts_folder(tmp_path: Path, name: str) -> None:
+    log = JsonlRunLog(tmp_path / "runs", "r1")
+    ref = log.save_artifact(name, "data")
+    target = (tmp_path / "runs" / "r1" / ref).resolve()
+    assert target.parent == (tmp_path / "runs" / "r1" / "artifacts").resolve()
+    assert target.read_text() == "data"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    log.close()
+
+
+def test_long_and_repeated_artifact_names_never_overwrite(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    long_name = "step1-" + "n" * 5000 + ".txt"
+    refs = [log.save_artifact(long_name, str(i)) for i in range(3)]
+    refs += [log.save_artifact("out.txt", str(i)) for i in range(3, 5)]
+    assert len(set(refs)) == 5
+    assert all(len(Path(r).name) <= 128 and r.endswith(".txt") for r in refs)
+    assert [(tmp_path / "r1" / r).read_text() for r in refs] == ["0", "1", "2", "3", "4"]
+    log.close()
+
+
+def test_memory_log_keeps_artifacts_and_events_like_the_file_log() -> None:
+    log = MemoryRunLog("mem")
+    ref = log.save_artifact("../x.txt", "one")
+    again = log.save_artifact("../x.txt", "two")
+    assert ref == "artifacts/x.txt" and again != ref
+    assert log.artifacts == {ref: "one", again: "two"}
+    log.emit("run_started", {**started_event(), "workspace": Path("/w"), "pair": (1, 2)})
+    assert log.events[0]["workspace"] == "/w" and log.events[0]["pair"] == [1, 2]
+    assert log.location is None and log.kinds() == ["run_started"]
+    assert not log.closed
+    log.close()
+    assert log.closed
+
+
+# --- the published schema ----------------------------------------------------------------------
+
+
+def test_the_schema_is_valid_draft_2020_12_and_ships_with_the_package() -> None:
+    Draft202012Validator.check_schema(SCHEMA)
+    assert SCHEMA["properties"]["v"]["const"] == FORMAT_VERSION
+    statuses = SCHEMA["allOf"][-1]["then"]["properties"]["status"]["enum"]
+    assert statuses == [s.value for s in RunStatus]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"v": 2}, "v"),
+        ({"seq": -1}, "seq"),
+        ({"ts": "2026-11-22T03:17:07"}, "ts"),
+        ({"ts": "2026-11-22 03:17:07Z"}, "ts"),
+        ({"ts": "yesterday Z"}, "ts"),
+        ({"run_id": ""}, "run_id"),
+        ({"kind": "something_else"}, "kind"),
+        ({"status": "done"}, "status"),
+        ({"usage": {"prompt_tokens": 1}}, "usage"),
+        ({"payload": "text"}, "payload"),
+    ],
+)
+def test_the_schema_rejects_broken_lines(change: dict[str, Any], problem: str) -> None:
+    good = {
+        "v": 1,
+        "seq": 0,
+        "ts": "2026-11-22T03:17:07.057280Z",
+        "run_id": "r",
+        "kind": "run_finished",
+        **finished_event(),
+    }
+    assert not list(VALIDATOR.iter_errors(good))
+    errors = list(VALIDATOR.iter_errors({**good, **change}))
+    assert errors, f"{change} should be invalid"
+
+
+def test_the_schema_requires_each_kinds_fields() -> None:
+    base = {"v": 1, "seq": 0, "ts": "2026-11-22T03:17:07Z", "run_id": "r"}
+    for kind in ["run_started", "llm_request", "llm_response", "tool_call", "tool_result",
+                 "nudge", "run_finished"]:  # fmt: skip
+        assert list(VALIDATOR.iter_errors({**base, "kind": kind})), kind
+
+
+# --- a whole run: real HTTP, real files, real engineering pack ----------------------------------
+
+
+def test_full_run_against_a_loopback_server_changes_the_workspace(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "README.md").write_text("# demo\n")
+    script = [
+        completion(None, [("list_files", {})]),
+        completion(
+            "I will write the program.",
+            [("write_file", {"path": "hello.py", "content": "print('hello, fabric')\n"})],
+        ),
+        completion(None, [("shell", {"command": "python hello.py"})]),
+        completion(None, [("read_file", '{"path": "hello.py"')]),  # broken JSON: repaired
+        completion(
+            None,
+            [
+                (
+                    "finish_task",
+                    {"summary": "wrote hello.py and ran it", "artifacts": ["hello.py"]},
+                )
+            ],
+            prompt_tokens=100,
+            completion_tokens=20,
+        ),
+    ]
+    runs = tmp_path / "runs"
+    pack = build(EngineeringSettings(builder="packs.engineering:build"))
+
+    async def main(base_url: str) -> Any:
+        client = OpenAIChatClient(base_url=base_url, model="mock-coder")
+        log = JsonlRunLog(runs, "run-e2e")
+        try:
+            return await execute_task(
+                "write hello.py that prints a greeting, and run it",
+                pack=pack,
+                chat=client,
+                runlog=log,
+                run_id="run-e2e",
+                workspace=workspace,
+                protected=(runs,),
+            )
+        finally:
+            await client.aclose()
+
+    with MockOpenAIServer(script) as server:
+        result = asyncio.run(main(server.base_url))
+
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.payload == {"summary": "wrote hello.py and ran it", "artifacts": ["hello.py"]}
+    assert (workspace / "hello.py").read_text() == "print('hello, fabric')\n"
+    assert result.steps == 5
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens) == (140, 40)
+
+    events = assert_valid_runlog(runs / "run-e2e" / "runlog.jsonl")
+    assert result.runlog_path == str(runs / "run-e2e" / "runlog.jsonl")
+    assert events[0]["model"] == "mock-coder" and events[0]["pack"] == "engineering"
+    end = events[-1]
+    assert end["status"] == "completed" and end["usage"]["total_tokens"] == 180
+    tool_results = [e for e in events if e["kind"] == "tool_result"]
+    assert [(e["name"], e["ok"]) for e in tool_results] == [
+        ("list_files", True),
+        ("write_file", True),
+        ("shell", True),
+        ("read_file", False),
+    ]
+
+    bodies = server.requests
+    assert len(bodies) == 5
+    assert all(b["_path"] == "/v1/chat/completions" and b["model"] == "mock-coder" for b in bodies)
+    assert all(b["_authorization"] is None for b in bodies)
+    names = [t["function"]["name"] for t in bodies[0]["tools"]]
+    assert names == [
+        "read_file",
+        "write_file",
+        "list_files",
+        "search_files",
+        "shell",
+        "finish_task",
+    ]
+    assert all(b["tools"] == bodies[0]["tools"] for b in bodies)  # every request offers them
+    assert bodies[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_0",
+        "content": "README.md",
+    }
+    assert "hello, fabric" in bodies[3]["messages"][-1]["content"]
+    assert "not a JSON object" in bodies[4]["messages"][-1]["content"]
+    # The runlog rebuilds exactly the history the server received last.
+    history: list[dict[str, Any]] = []
+    for event in events:
+        if event["kind"] == "llm_request":
+            history += event["messages"]
+        elif event["kind"] == "llm_response":
+            history.append(event["message"])
+    assert history[:-1] == bodies[-1]["messages"]
+
+
+def test_a_server_error_mid_run_fails_the_run_with_the_status(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The mock server answers 500 once its script runs out."""
+    pack = build(EngineeringSettings(builder="packs.engineering:build"))
+
+    async def main(base_url: str) -> Any:
+        client = OpenAIChatClient(base_url=base_url, model="m")
+        try:
+            return await execute_task(
+                "t",
+                pack=pack,
+                chat=client,
+                runlog=JsonlRunLog(tmp_path / "runs", "r"),
+                run_id="r",
+                workspace=workspace,
+            )
+        finally:
+            await client.aclose()
+
+    with MockOpenAIServer([completion(None, [("list_files", {})])]) as server:
+        result = asyncio.run(main(server.base_url))
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None and result.error["status_code"] == "500"
+    assert "script ran out" in result.error["message"] and result.error["hint"]
+    events = assert_valid_runlog(tmp_path / "runs" / "r" / "runlog.jsonl")
+    assert events[-1]["error"] == result.error
