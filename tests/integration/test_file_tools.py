@@ -390,3 +390,26 @@ def test_refusals_reach_the_model_as_tool_errors_with_a_hint(
         call("write_file", {"path": "/tmp/x", "content": "x"})
     assert "absolute path" in info.value.message
     assert call("write_file", {"path": "ok.txt", "content": "fine"}) == "wrote 4 bytes to ok.txt"
+
+
+def test_search_with_a_runaway_pattern_is_stopped_and_reported(
+    ctx: ToolContext, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pattern that backtracks without end must come back as an error, not hang the run."""
+    from fabric.infrastructure.tools import files
+
+    monkeypatch.setattr(files, "_SEARCH_SECONDS", 0.3)
+    (workspace / "a.txt").write_text("a" * 4000 + "!\n")
+    with pytest.raises(ToolError) as info:
+        search_files(ctx, r"(a+)+$", regex=True)
+    assert "took longer than" in info.value.message
+    assert "simpler pattern" in info.value.hint
+
+
+def test_search_regex_and_case_options(ctx: ToolContext, workspace: Path) -> None:
+    (workspace / "a.py").write_text("def Parse_Date(x):\n    return x\n")
+    assert "a.py:1:" in search_files(ctx, r"def \w+_date", regex=True)
+    assert search_files(ctx, r"def \w+_date", regex=True, case_sensitive=True).startswith(
+        "no matches"
+    )
+    assert "a.py:1:" in search_files(ctx, "parse_date(")  # literal: '(' is not special

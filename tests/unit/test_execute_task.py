@@ -960,3 +960,51 @@ def test_odd_tool_calls_from_a_real_server_reply_never_break_the_loop(
     assert result.status in (RunStatus.COMPLETED, RunStatus.INVALID_OUTPUT), result.error
     tool_messages = [m for m in client.requests[-1][0] if m["role"] == "tool"]
     assert all(isinstance(m["content"], str) for m in tool_messages)
+
+
+# --- a tool that takes too long ----------------------------------------------------------------
+
+
+def test_a_tool_past_the_tool_timeout_is_reported_and_the_run_goes_on(workspace: Path) -> None:
+    release = asyncio.Event()
+
+    async def hang() -> str:
+        """Waits for something that never comes."""
+        await release.wait()
+        return "never"
+
+    pack = Pack(
+        name="slow",
+        description="",
+        system_prompt="s",
+        tools=[FunctionTool(hang)],
+        finish_schema=ANSWER_SCHEMA,
+    )
+    chat = ScriptedChatClient([tool_call("hang"), tool_call("finish_task", answer="gave up")])
+    result, events, _ = run(chat, workspace, pack=pack, limits=Limits(tool_timeout=0.2))
+    assert result.status is RunStatus.COMPLETED
+    [tool_message] = [m for m in chat.requests[1][0] if m["role"] == "tool"]
+    assert "hang did not finish within 0.2 s" in tool_message["content"]
+    assert "limits.tool_timeout" in tool_message["content"]
+    [failed] = [e for e in events if e["kind"] == "tool_result"]
+    assert failed["ok"] is False
+
+
+def test_a_timeout_raised_by_the_tool_itself_is_its_own_failure(workspace: Path) -> None:
+    async def gives_up() -> str:
+        """Its own backend timed out."""
+        raise TimeoutError("backend did not answer")
+
+    pack = Pack(
+        name="t",
+        description="",
+        system_prompt="s",
+        tools=[FunctionTool(gives_up)],
+        finish_schema=ANSWER_SCHEMA,
+    )
+    chat = ScriptedChatClient([tool_call("gives_up"), tool_call("finish_task", answer="ok")])
+    result, _, _ = run(chat, workspace, pack=pack)
+    [tool_message] = [m for m in chat.requests[1][0] if m["role"] == "tool"]
+    assert "backend did not answer" in tool_message["content"]
+    assert "did not finish within" not in tool_message["content"]
+    assert result.status is RunStatus.COMPLETED

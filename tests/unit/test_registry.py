@@ -477,3 +477,32 @@ def test_runner_refuses_an_empty_task_and_a_missing_workspace(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="max-steps"):
         asyncio.run(runner.run("reviewer", "x", workspace=tmp_path, max_steps=0))
     assert not (tmp_path / "runs").exists()  # nothing ran, so no runlog was started
+
+
+def test_a_partial_sandbox_keeps_the_packs_other_defaults(tmp_path: Path) -> None:
+    """Changing only the timeout must not silently take away the engineering allowlist."""
+    loaded = load(
+        tmp_path,
+        """\
+        packs:
+          engineering:
+            builder: engineering
+            sandbox: {command_timeout: 300}
+        """,
+    )
+    sandbox = load_pack(loaded, "engineering").settings.sandbox
+    assert sandbox.command_timeout == 300
+    assert "python" in sandbox.allowed_commands and "git" in sandbox.allowed_commands
+
+
+def test_an_explicit_empty_allowlist_is_respected(tmp_path: Path) -> None:
+    loaded = load(
+        tmp_path,
+        """\
+        packs:
+          engineering:
+            builder: engineering
+            sandbox: {allowed_commands: []}
+        """,
+    )
+    assert load_pack(loaded, "engineering").settings.sandbox.allowed_commands == []

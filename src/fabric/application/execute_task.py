@@ -189,7 +189,16 @@ class _Run:
                 f"unknown tool {_clip(name)!r}",
                 hint=f"use one of: {', '.join(self.pack.tool_names())}",
             )
-        return await tool(arguments, self.ctx)
+        try:
+            async with asyncio.timeout(self.limits.tool_timeout) as deadline:
+                return await tool(arguments, self.ctx)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the tool's own timeout, reported as its failure
+            raise ToolError(
+                f"{name} did not finish within {self.limits.tool_timeout:g} s",
+                hint="try a smaller piece of work, or raise limits.tool_timeout for the pack",
+            ) from None
 
     def _finish(self, arguments: dict[str, Any]) -> str:
         errors = sorted(self.finish_validator.iter_errors(arguments), key=lambda e: e.path)

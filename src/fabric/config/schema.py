@@ -111,6 +111,12 @@ class Limits(_Strict):
     finish_repairs: int = Field(
         2, ge=0, description="Extra chances after finish_task arguments fail validation."
     )
+    tool_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one tool call may take before the model is told it timed out "
+        "(caps shell's command_timeout too).",
+    )
     tool_output_chars: int = Field(
         16_000,
         ge=256,

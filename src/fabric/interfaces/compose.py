@@ -106,16 +106,15 @@ class Runner:
                 raise ConfigError("--max-steps must be at least 1")
             limits = limits.model_copy(update={"max_steps": max_steps})
         model_name = self.model_for(loaded_pack, model)
-        chat = self.chat_factory(model_name)
         run_id = run_id or new_run_id()
         try:
             runlog = JsonlRunLog(self.runs_dir, run_id, *observers)
         except OSError as exc:
-            await chat.aclose()
             raise ConfigError(
                 f"cannot create the runlog folder in {self.runs_dir}: {exc}",
                 hint="make runs_dir writable, or point runs_dir in fabric.yaml elsewhere",
             ) from exc
+        chat = self.chat_factory(model_name)
         try:
             return await execute_task(
                 task,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from fabric.application.pack import Pack
 from fabric.config.loader import LoadedConfig
@@ -55,7 +55,9 @@ def load_pack(loaded: LoadedConfig, name: str) -> LoadedPack:
     builder = resolve_builder(loaded, name, section.builder)
     settings_model = _settings_model(builder)
     try:
-        settings = settings_model.model_validate(section.model_dump(exclude_unset=True))
+        settings = settings_model.model_validate(
+            _over_defaults(settings_model, section.model_dump(exclude_unset=True))
+        )
     except ValidationError as exc:
         raise loaded.error(exc, settings_model, ("packs", name)) from None
     if settings.model not in loaded.config.llm.models:
@@ -128,6 +130,20 @@ def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[...,
             hint=f"callables there: {', '.join(found) or 'none'}",
         )
     return builder  # type: ignore[no-any-return]
+
+
+def _over_defaults(model: type[PackSettings], data: dict[str, Any]) -> dict[str, Any]:
+    """Nested settings given in part (``sandbox: {command_timeout: 300}``) change only the keys
+    they name; the rest keep the builder's defaults (e.g. the engineering pack's allowlist)."""
+    merged = dict(data)
+    for name, field in model.model_fields.items():
+        given = data.get(name)
+        if not isinstance(given, dict) or field.default_factory is None:
+            continue
+        default = field.default_factory()  # type: ignore[call-arg]
+        if isinstance(default, BaseModel):
+            merged[name] = {**default.model_dump(exclude_unset=True), **given}
+    return merged
 
 
 def _settings_model(builder: Callable[..., Any]) -> type[PackSettings]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+import regex as regex_lib
 
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
@@ -18,6 +20,7 @@ _COUNT_LINES_UP_TO = 5_000_000
 """read_file counts all lines of files up to this size; of bigger ones only up to the window."""
 _MAX_READ_CHARS = 500_000
 _MAX_SEARCH_FILE_BYTES = 2_000_000
+_SEARCH_SECONDS = 10
 _MAX_LINE = 400
 
 
@@ -153,11 +156,12 @@ def search_files(
         case_sensitive: Match case exactly.
         max_results: Stop after this many matching lines.
     """
-    flags = 0 if case_sensitive else re.IGNORECASE
+    flags = regex_lib.V0 if case_sensitive else regex_lib.V0 | regex_lib.IGNORECASE
     try:
-        matcher = re.compile(pattern if regex else re.escape(pattern), flags)
-    except re.error as exc:
+        matcher = regex_lib.compile(pattern if regex else regex_lib.escape(pattern), flags)
+    except regex_lib.error as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
+    deadline = time.monotonic() + _SEARCH_SECONDS
     start = resolve_in_workspace(ctx.workspace, path)
     files = [display(ctx.workspace, start)] if start.is_file() else None
     results: list[str] = []
@@ -180,7 +184,7 @@ def search_files(
                 continue
             with target.open(encoding="utf-8", errors="replace") as fh:
                 for number, line in enumerate(fh, 1):
-                    if matcher.search(line[:4096]):
+                    if _matches(matcher, line[:4096], deadline):
                         results.append(f"{rel}:{number}: {line.rstrip()[:_MAX_LINE]}")
                         if len(results) >= max_results:
                             results.append(f"[... stopped at {max_results} matches ...]")
@@ -196,6 +200,22 @@ def search_files(
             f"({shown}); page through them with read_file]"
         )
     return "\n".join(results)
+
+
+def _matches(matcher: regex_lib.Pattern[str], line: str, deadline: float) -> bool:
+    """Whether ``matcher`` finds something in ``line``. A search past the deadline (a pattern
+    that backtracks without end) is reported to the model instead of hanging the run."""
+    left = deadline - time.monotonic()
+    try:
+        if left > 0:
+            return matcher.search(line, timeout=left, concurrent=True) is not None
+    except TimeoutError:
+        pass
+    raise ToolError(
+        f"the search took longer than {_SEARCH_SECONDS} s",
+        hint="use a simpler pattern (avoid nested repeats like (a+)+), a literal string, "
+        "or a narrower path or glob",
+    )
 
 
 def _walk(root: Path, folder: Path, recursive: bool, *, files_only: bool) -> Iterator[str]:
