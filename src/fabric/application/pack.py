@@ -15,6 +15,19 @@ from .ports import Tool
 FINISH_TOOL = "finish_task"
 
 
+def finish_schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """What is wrong with a finish schema, or None: it must be valid JSON Schema (2020-12)
+    describing an object, since tool arguments are always a JSON object."""
+    try:
+        Draft202012Validator.check_schema(dict(schema))
+    except SchemaError as exc:
+        return f"not a valid JSON Schema: {exc.message}"
+    declared = schema.get("type", "object")
+    if "object" not in (declared if isinstance(declared, list) else [declared]):
+        return f"not usable: it must describe an object (type: object), not {declared!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class Pack:
     """Everything the loop needs to run one kind of specialist.
@@ -39,18 +52,9 @@ class Pack:
             raise ValueError(f"pack {self.name!r} declares tool(s) twice: {', '.join(dupes)}")
         if FINISH_TOOL in names:
             raise ValueError(f"pack {self.name!r} must not declare {FINISH_TOOL!r} itself")
-        try:
-            Draft202012Validator.check_schema(dict(self.finish_schema))
-        except SchemaError as exc:
-            raise ValueError(
-                f"pack {self.name!r}: finish_schema is not a valid JSON Schema: {exc.message}"
-            ) from None
-        declared = self.finish_schema.get("type", "object")
-        if "object" not in (declared if isinstance(declared, list) else [declared]):
-            raise ValueError(
-                f"pack {self.name!r}: finish_schema must describe an object (tool arguments "
-                f"are always a JSON object), not {declared!r}"
-            )
+        problem = finish_schema_problem(self.finish_schema)
+        if problem:
+            raise ValueError(f"pack {self.name!r}: finish_schema is {problem}")
 
     def tool_names(self) -> list[str]:
         return [t.spec.name for t in self.tools] + [FINISH_TOOL]

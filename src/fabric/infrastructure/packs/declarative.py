@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import Field, field_validator
 
-from fabric.application.pack import Pack
+from fabric.application.pack import Pack, finish_schema_problem
 from fabric.config.schema import PackSettings, WebSettings
 from fabric.infrastructure.tools.library import LIBRARY, library_tools
 
@@ -56,12 +54,9 @@ class DeclarativeSettings(PackSettings):
     @field_validator("finish_schema")
     @classmethod
     def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        try:
-            Draft202012Validator.check_schema(schema)
-        except SchemaError as exc:
-            raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
-        if schema.get("type") != "object":
-            raise ValueError("the finish schema must describe an object (type: object)")
+        problem = finish_schema_problem(schema)
+        if problem:
+            raise ValueError(problem)
         return schema
 
 
