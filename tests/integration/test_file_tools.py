@@ -7,6 +7,7 @@ import asyncio
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,11 @@ def outside(tmp_path: Path) -> Path:
     return folder
 
 
+def read(ctx: ToolContext, path: str, **options: Any) -> str:
+    """read_file is async (it reads large files in a worker thread)."""
+    return asyncio.run(read_file(ctx, path, **options))
+
+
 def files_in(folder: Path) -> dict[str, str]:
     return {
         str(p.relative_to(folder)): p.read_text()
@@ -42,19 +48,19 @@ def files_in(folder: Path) -> dict[str, str]:
 def test_read_file_returns_the_text(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "src").mkdir()
     (workspace / "src" / "app.py").write_text("def f():\n    return 1\n")
-    assert read_file(ctx, "src/app.py") == "def f():\n    return 1\n"
-    assert read_file(ctx, "./src/../src/app.py") == "def f():\n    return 1\n"
+    assert read(ctx, "src/app.py") == "def f():\n    return 1\n"
+    assert read(ctx, "./src/../src/app.py") == "def f():\n    return 1\n"
 
 
 def test_read_file_window_says_how_to_read_on(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 101)))
-    text = read_file(ctx, "long.txt", start_line=10, max_lines=3)
+    text = read(ctx, "long.txt", start_line=10, max_lines=3)
     assert text.startswith("line 10\nline 11\nline 12\n")
     assert "line 13" not in text
     assert "lines 10-12 of 100 shown" in text
     assert "start_line=13" in text
     # the last window has no "more" note
-    assert read_file(ctx, "long.txt", start_line=99) == "line 99\nline 100\n"
+    assert read(ctx, "long.txt", start_line=99) == "line 99\nline 100\n"
 
 
 def test_read_file_past_the_end_says_how_long_the_file_is(
@@ -62,9 +68,9 @@ def test_read_file_past_the_end_says_how_long_the_file_is(
 ) -> None:
     (workspace / "short.txt").write_text("a\nb\n")
     with pytest.raises(ToolError, match="has 2 lines"):
-        read_file(ctx, "short.txt", start_line=5)
+        read(ctx, "short.txt", start_line=5)
     (workspace / "empty.txt").write_text("")
-    assert read_file(ctx, "empty.txt") == ""
+    assert read(ctx, "empty.txt") == ""
 
 
 def test_read_file_line_numbers_match_search_results(ctx: ToolContext, workspace: Path) -> None:
@@ -73,22 +79,22 @@ def test_read_file_line_numbers_match_search_results(ctx: ToolContext, workspace
     (workspace / "odd.py").write_text("a = 1\f\nb = 2\x1c still b\nc = 3\r\nneedle = 4\n")
     hit = search_files(ctx, "needle")
     assert hit.startswith("odd.py:4: needle = 4")
-    assert read_file(ctx, "odd.py", start_line=4, max_lines=1).startswith("needle = 4")
+    assert read(ctx, "odd.py", start_line=4, max_lines=1).startswith("needle = 4")
 
 
 def test_read_file_large_file_is_read_in_windows(ctx: ToolContext, workspace: Path) -> None:
     line = "x" * 99 + "\n"
     (workspace / "big.log").write_text(line * 60_000 + "THE END\n")  # about 6 MB
-    text = read_file(ctx, "big.log", start_line=2, max_lines=2)
+    text = read(ctx, "big.log", start_line=2, max_lines=2)
     assert text.startswith(line * 2)
     assert "goes on" in text
     assert "start_line=4" in text
-    assert read_file(ctx, "big.log", start_line=60_001).startswith("THE END")
+    assert read(ctx, "big.log", start_line=60_001).startswith("THE END")
 
 
 def test_read_file_cuts_an_enormous_line(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "min.js").write_text("y" * 2_000_000 + "\nnext\n")
-    text = read_file(ctx, "min.js")
+    text = read(ctx, "min.js")
     assert len(text) < 600_000
     assert "line 1 is longer than" in text
     assert "start_line=2" in text
@@ -100,11 +106,11 @@ def test_read_file_refuses_binary_folders_and_missing_files(
     (workspace / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00")
     (workspace / "dir").mkdir()
     with pytest.raises(ToolError, match="looks binary"):
-        read_file(ctx, "img.png")
+        read(ctx, "img.png")
     with pytest.raises(ToolError, match="not a file"):
-        read_file(ctx, "dir")
+        read(ctx, "dir")
     with pytest.raises(ToolError, match="not a file"):
-        read_file(ctx, "missing.txt")
+        read(ctx, "missing.txt")
 
 
 # --- write_file -----------------------------------------------------------------------------
@@ -293,7 +299,7 @@ def _escape_paths(workspace: Path, outside: Path) -> list[str]:
 def test_read_file_refuses_every_escape(ctx: ToolContext, workspace: Path, outside: Path) -> None:
     for path in _escape_paths(workspace, outside):
         with pytest.raises(SandboxError) as info:
-            read_file(ctx, path)
+            read(ctx, path)
         assert SECRET not in str(info.value), path
 
 
@@ -342,7 +348,7 @@ def test_symlink_loops_are_errors_not_crashes(ctx: ToolContext, workspace: Path)
     (workspace / "f.txt").write_text("hit\n")
     for path in ("loop", "a"):
         with pytest.raises(ToolError):
-            read_file(ctx, path)
+            read(ctx, path)
         with pytest.raises(ToolError):
             write_file(ctx, path, "x")
     assert search_files(ctx, "hit") == "f.txt:1: hit"
@@ -352,7 +358,7 @@ def test_symlink_loops_are_errors_not_crashes(ctx: ToolContext, workspace: Path)
 def test_a_symlink_that_stays_inside_is_followed(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "real.txt").write_text("inside\n")
     (workspace / "alias.txt").symlink_to(workspace / "real.txt")
-    assert read_file(ctx, "alias.txt") == "inside\n"
+    assert read(ctx, "alias.txt") == "inside\n"
     write_file(ctx, "alias.txt", "changed\n")
     assert (workspace / "real.txt").read_text() == "changed\n"
 
@@ -364,11 +370,11 @@ def test_a_workspace_reached_through_a_symlink_still_works(tmp_path: Path, outsi
     linked = tmp_path / "ws_link"
     linked.symlink_to(real)
     ctx = ToolContext("t", linked, SandboxSettings())
-    assert read_file(ctx, "a.txt") == "a\n"
+    assert read(ctx, "a.txt") == "a\n"
     assert list_files(ctx) == "a.txt"
     assert write_file(ctx, "b.txt", "b") == "wrote 1 bytes to b.txt"
     with pytest.raises(SandboxError):
-        read_file(ctx, "../outside/secret.txt")
+        read(ctx, "../outside/secret.txt")
 
 
 # --- as the model calls them ----------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import os
 import time
@@ -13,6 +14,7 @@ import regex as regex_lib
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
 
+from .function_tool import runs_inline
 from .workspace import check_writable, display, resolve_in_workspace
 
 _SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", ".mypy_cache", ".tox"}
@@ -21,6 +23,7 @@ _COUNT_LINES_UP_TO = 5_000_000
 _MAX_READ_CHARS = 500_000
 _MAX_SEARCH_FILE_BYTES = 2_000_000
 _SEARCH_SECONDS = 10
+_INLINE_READ_BYTES = 1_000_000
 _MAX_LINE = 400
 
 
@@ -29,7 +32,7 @@ def _is_binary(path: Path) -> bool:
         return b"\x00" in fh.read(8192)
 
 
-def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines: int = 400) -> str:
+async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines: int = 400) -> str:
     """Read a text file from the workspace.
 
     Args:
@@ -40,6 +43,12 @@ def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines: int =
     target = resolve_in_workspace(ctx.workspace, path)
     if not target.is_file():
         raise ToolError(f"{path!r} is not a file", hint="use list_files to see what exists")
+    if target.stat().st_size <= _INLINE_READ_BYTES:  # quick: no worker thread needed
+        return _read_window(target, path, start_line, max_lines)
+    return await asyncio.to_thread(_read_window, target, path, start_line, max_lines)
+
+
+def _read_window(target: Path, path: str, start_line: int, max_lines: int) -> str:
     first, count = max(start_line, 1), max(max_lines, 1)
     large = target.stat().st_size > _COUNT_LINES_UP_TO
     chosen: list[str] = []
@@ -87,6 +96,7 @@ def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines: int =
     return text
 
 
+@runs_inline
 def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) -> str:
     """Write a text file in the workspace, creating folders as needed.
 
@@ -105,6 +115,8 @@ def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) 
         )
     if target.is_dir():
         raise ToolError(f"{path!r} is a directory", hint="give a file path")
+    if target.exists() and not target.is_file():  # a FIFO or device would block or worse
+        raise ToolError(f"{path!r} is not a regular file", hint="write to a normal file")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with target.open("a" if append else "w", encoding="utf-8") as fh:

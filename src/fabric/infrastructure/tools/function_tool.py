@@ -21,7 +21,7 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
@@ -30,6 +30,8 @@ from fabric.application.context import ToolContext
 from fabric.domain.errors import ToolArgumentError
 from fabric.domain.models import ToolSpec
 
+_INLINE = "__fabric_inline__"
+F = TypeVar("F", bound=Callable[..., Any])
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 
 _SECTION = re.compile(
@@ -73,6 +75,7 @@ class FunctionTool:
         """``bind`` fixes parameters (such as a pack's settings) that the model neither sees
         nor sets; names not in ``fn``'s signature are ignored."""
         self._fn = fn
+        self._inline = bool(getattr(fn, _INLINE, False))
         self._is_async = inspect.iscoroutinefunction(fn)
         description, arg_docs = parse_docstring(fn.__doc__)
         try:
@@ -149,11 +152,21 @@ class FunctionTool:
         call_args = (ctx,) if self._wants_ctx else ()
         if self._is_async:
             result = await self._fn(*call_args, **kwargs)
+        elif self._inline:
+            result = self._fn(*call_args, **kwargs)
         else:
             result = await asyncio.to_thread(self._fn, *call_args, **kwargs)
         if isinstance(result, str):
             return result
         return json.dumps(to_jsonable_python(result, fallback=str), ensure_ascii=False)
+
+
+def runs_inline(fn: F) -> F:
+    """Mark a sync tool as quick and bounded (a capped file read or write): it then runs on the
+    event loop instead of in a worker thread, which saves ~0.1-0.2 ms a call. Anything that can
+    take long (walking trees, searching, waiting on I/O) must stay in a thread."""
+    setattr(fn, _INLINE, True)
+    return fn
 
 
 def json_schema_of(model: type[BaseModel]) -> dict[str, Any]:

@@ -17,7 +17,6 @@ import re
 from typing import Any
 
 import httpx
-from markdownify import MarkdownConverter
 
 from fabric import __version__
 from fabric.application.context import ToolContext
@@ -259,7 +258,9 @@ def _to_text(body: bytes, content_type: str, charset: str | None, base_url: str)
     except LookupError:
         text = body.decode("utf-8", errors="replace")
     if is_html:
-        text = _Readable(base_url).convert(text)
+        from .html_text import html_to_text  # markdownify is slow to import: only when needed
+
+        text = html_to_text(text, base_url)
     text = "\n".join(line.rstrip() for line in text.splitlines())
     return _BLANK_RUNS.sub("\n\n", text).strip()
 
@@ -270,33 +271,3 @@ def _status_hint(status: int) -> str:
     if status == 429 or status >= 500:
         return "the site is busy or failing; try again later or use another source"
     return "check the URL, or use another source"
-
-
-class _Readable(MarkdownConverter):
-    """HTML to Markdown: ATX headings, absolute links, no scripts, styles or embedded media."""
-
-    def __init__(self, base_url: str) -> None:
-        super().__init__(
-            heading_style="ATX", bullets="-", escape_asterisks=False, escape_underscores=False
-        )
-        self._base = httpx.URL(base_url)
-
-    def convert_a(self, el: Any, text: str, parent_tags: set[str]) -> str:
-        href, text = str(el.get("href") or "").strip(), text.strip()
-        if not text or not href or href.startswith(("#", "javascript:")):
-            return text
-        try:
-            href = str(self._base.join(href))
-        except httpx.InvalidURL:
-            return text
-        return text if "_noformat" in parent_tags else f"[{text}]({href})"
-
-    def convert_img(self, el: Any, text: str, parent_tags: set[str]) -> str:
-        alt = " ".join(str(el.get("alt") or "").split())
-        return f"[image: {alt}]" if alt else ""
-
-    def _drop(self, el: Any, text: str, parent_tags: set[str]) -> str:
-        return ""
-
-    convert_script = convert_style = convert_noscript = convert_template = _drop
-    convert_svg = convert_iframe = convert_canvas = convert_object = convert_embed = _drop
