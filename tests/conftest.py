@@ -12,12 +12,9 @@ from fabric.config.schema import SandboxSettings
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see the developer's fabric or provider settings."""
     for name in (
-        "FABRIC_CONFIG",
-        "FABRIC_BASE_URL",
-        "FABRIC_MODEL",
-        "FABRIC_API_KEY",
-        "OPENAI_API_KEY",
-    ):
+        "FABRIC_CONFIG", "FABRIC_BASE_URL", "FABRIC_MODEL", "FABRIC_API_KEY", "FABRIC_BACKEND",
+        "FABRIC_GGUF", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OLLAMA_HOST",
+    ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
 

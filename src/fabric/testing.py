@@ -33,6 +33,7 @@ __all__ = [
     "check_history",
     "completion",
     "reply",
+    "stream_chunks",
     "tool_call",
     "tool_calls",
 ]
@@ -83,6 +84,37 @@ def completion(
     }
 
 
+def stream_chunks(answer: dict[str, Any], piece: int = 7) -> list[dict[str, Any]]:
+    """The chunks an OpenAI-compatible server streams for ``answer``: the text and each tool
+    call's arguments in ``piece``-character fragments, then the finish reason, then usage."""
+    choice = answer["choices"][0]
+    message = choice["message"]
+    base = {"id": answer.get("id", "chatcmpl-mock"), "object": "chat.completion.chunk",
+            "model": answer.get("model", "mock")}  # fmt: skip
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    text = message.get("content") or ""
+    chunks += [chunk({"content": text[i : i + piece]}) for i in range(0, len(text), piece)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        args = call["function"]["arguments"]
+        head = {"index": index, "id": call["id"], "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""}}  # fmt: skip
+        chunks.append(chunk({"tool_calls": [head]}))
+        chunks += [
+            chunk(
+                {"tool_calls": [{"index": index, "function": {"arguments": args[i : i + piece]}}]}
+            )
+            for i in range(0, len(args), piece)
+        ]
+    chunks.append(chunk({}, choice.get("finish_reason") or "stop"))
+    if answer.get("usage"):
+        chunks.append({**base, "choices": [], "usage": answer["usage"]})
+    return chunks
+
+
 class MockOpenAIServer:
     """``with MockOpenAIServer([completion(...), ...]) as server: server.base_url``.
 
@@ -92,8 +124,13 @@ class MockOpenAIServer:
     real OpenAI server it answers 400 to a malformed history (see ``check_history``).
     """
 
-    def __init__(self, script: Iterable[dict[str, Any]] | Handler) -> None:
+    def __init__(
+        self, script: Iterable[dict[str, Any]] | Handler, *, models: Iterable[str] = ("mock",)
+    ) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.models = list(models)
+        """What ``GET /v1/models`` lists (fabric picks among them when the configured model
+        is not one of them)."""
         if callable(script):
             self._handler: Handler = script
         else:
@@ -150,10 +187,29 @@ class MockOpenAIServer:
                     self._send(400, {"error": {"message": problem, "type": "invalid_request"}})
                     return
                 status, answer = server._handler(body)
-                self._send(status, answer)
+                if body.get("stream") and status == 200 and isinstance(answer, dict):
+                    self._send_stream(answer)
+                else:
+                    self._send(status, answer)
+
+            def _send_stream(self, answer: dict[str, Any]) -> None:
+                """A completion as an OpenAI-style event stream, split into small pieces."""
+                data = b"".join(
+                    f"data: {json.dumps(chunk)}\n\n".encode() for chunk in stream_chunks(answer)
+                )
+                data += b"data: [DONE]\n\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_GET(self) -> None:
-                self._send(200, {"object": "list", "data": [{"id": "mock", "object": "model"}]})
+                if not self.path.rstrip("/").endswith("/models"):
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                data = [{"id": m, "object": "model", "owned_by": "mock"} for m in server.models]
+                self._send(200, {"object": "list", "data": data})
 
             def _send(self, status: int, answer: Any) -> None:
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()

@@ -22,8 +22,11 @@ from fabric.testing import MockOpenAIServer, completion
 CONFIG = """\
 version: 1
 llm:
-  base_url: http://127.0.0.1:1/v1
+  backend: openai
+  backends:
+    openai: {kind: openai, base_url: "http://127.0.0.1:1/v1"}
   models: {default: mock-small, coder: mock-coder}
+  retry: {attempts: 1}
 runs_dir: runs
 default_pack: engineering
 packs:
@@ -43,6 +46,7 @@ packs:
       required: [verdict]
 """
 API_KEY = "sk-e2e-do-not-leak-4242"
+MODELS = ["mock-small", "mock-coder", "llama3.1:8b", "env-model"]
 ENGINEERING_TOOLS = ["read_file", "write_file", "list_files", "search_files", "shell"]
 
 
@@ -98,7 +102,7 @@ def test_fabric_run_json_end_to_end(project: Path) -> None:
         ),
     ]
     workspace = project / "ws"
-    with MockOpenAIServer(script) as server:
+    with MockOpenAIServer(script, models=MODELS) as server:
         env = {**os.environ, "FABRIC_BASE_URL": server.base_url, "FABRIC_API_KEY": API_KEY}
         proc = fabric(
             "run",
@@ -191,13 +195,13 @@ def test_fabric_run_without_a_model_server(project: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 1
     assert f"cannot reach the model server at http://127.0.0.1:{port}/v1" in proc.stderr
-    assert "start it" in proc.stderr
+    assert "start the server" in proc.stderr
     assert "ollama serve" in proc.stderr
     assert "Traceback" not in proc.stderr
     runlog = Path(proc.stdout.strip().splitlines()[-1].removeprefix("runlog: "))
     events = assert_valid_runlog(runlog)
     assert events[-1]["status"] == "failed"
-    assert events[-1]["error"]["code"] == "model_connection_error"
+    assert events[-1]["error"]["code"] == "network"
 
 
 # --- fabric run, in-process ------------------------------------------------------------------
@@ -217,7 +221,7 @@ def test_run_prints_payload_and_runlog_path(
         completion(None, [("read_file", {"path": "notes.txt"})]),
         completion("Done.", [("finish_task", {"summary": "read the notes"})]),
     ]
-    with MockOpenAIServer(script) as server:
+    with MockOpenAIServer(script, models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "read my notes"])  # default_pack
     assert result.exit_code == 0, result.stderr
@@ -234,7 +238,7 @@ def test_model_option_picks_a_key_or_a_name(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     finish = completion(None, [("finish_task", {"summary": "ok"})])
-    with MockOpenAIServer([finish, finish]) as server:
+    with MockOpenAIServer([finish, finish], models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         assert cli.invoke(app, ["run", "-w", "ws", "-m", "default", "x"]).exit_code == 0
         assert cli.invoke(app, ["run", "-w", "ws", "-m", "llama3.1:8b", "x"]).exit_code == 0
@@ -244,7 +248,9 @@ def test_model_option_picks_a_key_or_a_name(
 def test_fabric_model_env_overrides_the_pack_model(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with MockOpenAIServer([completion(None, [("finish_task", {"summary": "ok"})])]) as server:
+    with MockOpenAIServer(
+        [completion(None, [("finish_task", {"summary": "ok"})])], models=MODELS
+    ) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         monkeypatch.setenv("FABRIC_MODEL", "env-model")
         assert cli.invoke(app, ["run", "-w", "ws", "x"]).exit_code == 0
@@ -254,7 +260,9 @@ def test_fabric_model_env_overrides_the_pack_model(
 def test_openai_api_key_is_sent_when_fabric_api_key_is_unset(
     cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with MockOpenAIServer([completion(None, [("finish_task", {"summary": "ok"})])]) as server:
+    with MockOpenAIServer(
+        [completion(None, [("finish_task", {"summary": "ok"})])], models=MODELS
+    ) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fallback")
         assert cli.invoke(app, ["run", "-w", "ws", "x"]).exit_code == 0
@@ -263,7 +271,7 @@ def test_openai_api_key_is_sent_when_fabric_api_key_is_unset(
 
 def test_step_limit_exits_1(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
     looping = completion(None, [("list_files", {})])
-    with MockOpenAIServer([looping] * 3) as server:
+    with MockOpenAIServer([looping] * 3, models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "--max-steps", "2", "--json", "loop"])
     assert result.exit_code == 1
@@ -276,7 +284,7 @@ def test_step_limit_exits_1(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_invalid_output_exits_1(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = completion(None, [("finish_task", {"summary": 42})])  # finish_repairs: 0
-    with MockOpenAIServer([bad]) as server:
+    with MockOpenAIServer([bad], models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "--json", "x"])
     assert result.exit_code == 1
@@ -303,7 +311,7 @@ def test_a_refused_tool_call_is_shown_and_the_run_goes_on(
         completion(None, [("read_file", {"path": "../fabric.yaml"})]),
         completion(None, [("finish_task", {"summary": "gave up"})]),
     ]
-    with MockOpenAIServer(script) as server:
+    with MockOpenAIServer(script, models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "x"])
     assert result.exit_code == 0
@@ -364,7 +372,7 @@ BROKEN = {
     ),
     "model key": (
         "packs:\n  p:\n    builder: engineering\n    model: huge\n",
-        "packs.p.model: 'huge' is not a key of llm.models",
+        "packs.p.model: 'huge' is not a model key in llm.models or a backend's models",
         4,
     ),
     "declarative tool": (
@@ -466,7 +474,7 @@ def finished_run(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> Path:
         completion("Looking around.", [("list_files", {})]),
         completion(None, [("finish_task", {"summary": "looked", "notes": "nothing there"})]),
     ]
-    with MockOpenAIServer(script) as server:
+    with MockOpenAIServer(script, models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "--json", "look around"])
     assert result.exit_code == 0
@@ -513,5 +521,5 @@ def test_show_a_failed_run_says_what_to_do(cli: CliRunner, monkeypatch: pytest.M
     result = cli.invoke(app, ["run", "-q", "-w", "ws", "--json", "x"])
     shown = cli.invoke(app, ["show", json.loads(result.stdout)["runlog"]])
     assert shown.exit_code == 0
-    assert "failed after 1 step(s)" in shown.stdout
-    assert "hint: start it" in shown.stdout
+    assert "failed after 0 step(s)" in shown.stdout
+    assert "hint: start the server" in shown.stdout

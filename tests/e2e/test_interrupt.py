@@ -18,7 +18,10 @@ from fabric.testing import MockOpenAIServer, completion
 
 CONFIG = """
 version: 1
-llm: {base_url: "http://127.0.0.1:9/v1", models: {default: mock-model}}
+llm:
+  backend: openai
+  backends: {openai: {kind: openai, base_url: "http://127.0.0.1:9/v1"}}
+  models: {default: mock-model}
 runs_dir: runs
 packs:
   engineering: {builder: packs.engineering:build}

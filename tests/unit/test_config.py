@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from fabric.config.loader import PACKAGED, load_config
-from fabric.config.schema import LLMSettings, SandboxSettings
+from fabric.config.loader import PACKAGED, LoadedConfig, load_config
+from fabric.config.schema import OpenAIBackend, SandboxSettings
 from fabric.domain.errors import ConfigError
-from fabric.interfaces.compose import api_key
+from fabric.infrastructure.llm.backends import api_key
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,8 +113,12 @@ def test_fabric_config_pointing_nowhere_is_an_error(
 
 def test_empty_file_means_all_defaults(tmp_path: Path) -> None:
     loaded = load_config(write(tmp_path, ""))
+    llm = loaded.config.llm
     assert loaded.config.packs == {}
-    assert str(loaded.config.llm.base_url) == "http://127.0.0.1:11434/v1"
+    assert llm.backend == "auto"
+    assert llm.auto == ["ollama", "embedded"]  # local only, by design
+    assert sorted(llm.backends) == ["anthropic", "embedded", "ollama", "openai"]
+    assert str(llm.backends["openai"].base_url) == "http://127.0.0.1:8080/v1"  # type: ignore[union-attr]
 
 
 # --- environment overrides ------------------------------------------------------------------
@@ -122,7 +126,9 @@ def test_empty_file_means_all_defaults(tmp_path: Path) -> None:
 
 MODELS_YAML = """\
 llm:
-  base_url: http://10.0.0.1:8000/v1
+  backend: openai
+  backends:
+    openai: {kind: openai, base_url: "http://10.0.0.1:8000/v1", models: {coder: big-on-openai}}
   models: {default: small, coder: big}
 packs:
   p:
@@ -134,12 +140,46 @@ packs:
 """
 
 
-def test_fabric_base_url_overrides_the_file(
+def _openai_url(loaded: LoadedConfig, name: str = "openai") -> str:
+    backend = loaded.config.llm.backends[name]
+    assert isinstance(backend, OpenAIBackend)
+    return str(backend.base_url)
+
+
+def test_fabric_base_url_overrides_the_active_backend(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FABRIC_BASE_URL", "http://127.0.0.1:9999/v1")
     loaded = load_config(write(tmp_path, MODELS_YAML))
-    assert str(loaded.config.llm.base_url) == "http://127.0.0.1:9999/v1"
+    assert _openai_url(loaded) == "http://127.0.0.1:9999/v1"
+    assert loaded.config.llm.backend == "openai"
+
+
+def test_fabric_base_url_with_auto_means_an_openai_compatible_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_BASE_URL", "http://127.0.0.1:9999/v1")
+    loaded = load_config(write(tmp_path, ""))
+    assert loaded.config.llm.backend == "openai"
+    assert _openai_url(loaded) == "http://127.0.0.1:9999/v1"
+
+
+def test_fabric_base_url_cannot_apply_to_the_embedded_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_BACKEND", "embedded")
+    monkeypatch.setenv("FABRIC_BASE_URL", "http://127.0.0.1:9999/v1")
+    message = config_error(write(tmp_path, ""))
+    assert "FABRIC_BASE_URL" in message and "embedded" in message
+
+
+def test_fabric_backend_picks_the_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FABRIC_BACKEND", "ollama")
+    assert load_config(write(tmp_path, MODELS_YAML)).config.llm.backend == "ollama"
+    monkeypatch.setenv("FABRIC_BACKEND", "nonsense")
+    message = config_error(write(tmp_path, MODELS_YAML))
+    assert "FABRIC_BACKEND='nonsense'" in message
+    assert "ollama" in message and "embedded" in message
 
 
 def test_fabric_model_overrides_every_model_key(
@@ -153,12 +193,16 @@ def test_fabric_model_overrides_every_model_key(
         "coder": "llama3.1:8b",
         "other": "llama3.1:8b",
     }
+    # and a backend's own table, which would otherwise win
+    assert loaded.config.llm.backends["openai"].models == {"coder": "llama3.1:8b"}
 
 
 def test_without_env_the_file_is_taken_as_written(tmp_path: Path) -> None:
     loaded = load_config(write(tmp_path, MODELS_YAML))
-    assert str(loaded.config.llm.base_url) == "http://10.0.0.1:8000/v1"
+    assert _openai_url(loaded) == "http://10.0.0.1:8000/v1"
     assert loaded.config.llm.models == {"default": "small", "coder": "big"}
+    # backends given in the file replace the built-in ones by name; the others stay
+    assert sorted(loaded.config.llm.backends) == ["anthropic", "embedded", "ollama", "openai"]
 
 
 def test_invalid_fabric_base_url_names_the_variable_not_the_file(
@@ -180,26 +224,45 @@ def test_env_override_on_a_wrongly_typed_llm_section_is_a_config_error(
     assert f"{path}:2: llm:" in message
 
 
+def test_unknown_backend_names_are_config_errors(tmp_path: Path) -> None:
+    path = write(tmp_path, "llm:\n  backend: olama\n")
+    message = config_error(path)
+    assert f"{path}:1" in message and "'olama'" in message and "ollama" in message
+
+
+def test_a_backend_of_the_wrong_kind_names_its_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "llm:\n  backends:\n    mine: {kind: openai, ensure_available: true}\n")
+    message = config_error(path)
+    assert "llm.backends.mine.ensure_available: unknown key" in message
+
+
 def test_api_key_comes_from_fabric_api_key_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    llm = LLMSettings()
-    assert api_key(llm) is None
+    backend = OpenAIBackend(kind="openai")
+    assert api_key(backend) is None
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
-    assert api_key(llm) == "sk-openai"
+    assert api_key(backend) == "sk-openai"
     monkeypatch.setenv("FABRIC_API_KEY", "sk-fabric")
-    assert api_key(llm) == "sk-fabric"
+    assert api_key(backend) == "sk-fabric"
 
 
 def test_api_key_env_list_is_configurable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FABRIC_API_KEY", "sk-fabric")
     monkeypatch.setenv("MY_PROVIDER_KEY", "sk-mine")
-    loaded = load_config(write(tmp_path, "llm:\n  api_key_env: [MY_PROVIDER_KEY]\n"))
-    assert api_key(loaded.config.llm) == "sk-mine"
+    loaded = load_config(
+        write(
+            tmp_path,
+            "llm:\n  backends:\n    openai: {kind: openai, api_key_env: [MY_PROVIDER_KEY]}\n",
+        )
+    )
+    backend = loaded.config.llm.backends["openai"]
+    assert isinstance(backend, OpenAIBackend)
+    assert api_key(backend) == "sk-mine"
 
 
 def test_empty_api_key_variable_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FABRIC_API_KEY", "")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
-    assert api_key(LLMSettings()) == "sk-openai"
+    assert api_key(OpenAIBackend(kind="openai")) == "sk-openai"
 
 
 # --- broken files: one ConfigError with file, key path and line -----------------------------

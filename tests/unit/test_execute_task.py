@@ -602,7 +602,7 @@ def test_fatal_model_error_fails_the_run_with_what_to_do(workspace: Path) -> Non
     result, events, _ = run(client, workspace)
     assert result.status is RunStatus.FAILED and result.payload is None
     expected = {
-        "code": "model_auth_error",
+        "code": "authentication",
         "message": "the model server answered 401",
         "hint": "set FABRIC_API_KEY",
         "status_code": "401",
@@ -620,7 +620,7 @@ def test_connection_error_on_the_first_call_fails_cleanly(workspace: Path) -> No
     result, _, _ = run(client, workspace)
     assert result.status is RunStatus.FAILED
     assert result.error == {
-        "code": "model_connection_error",
+        "code": "network",
         "message": "cannot reach the model server",
         "hint": "start it",
     }
@@ -639,7 +639,7 @@ def test_a_script_that_runs_out_fails_with_a_clear_error(workspace: Path) -> Non
     client = ScriptedChatClient([tool_call("echo", text="x")])
     result, _, _ = run(client, workspace)
     assert result.status is RunStatus.FAILED
-    assert result.error is not None and result.error["code"] == "model_response_error"
+    assert result.error is not None and result.error["code"] == "invalid_response"
     assert "the script has 1 responses but step 2 asked for another" in result.error["message"]
 
 

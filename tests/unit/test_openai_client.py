@@ -18,9 +18,14 @@ from fabric.domain.errors import (
     ModelAuthError,
     ModelCapabilityError,
     ModelConnectionError,
+    ModelContextLengthError,
     ModelError,
     ModelNotFoundError,
+    ModelRateLimitError,
     ModelResponseError,
+    ModelServerError,
+    ModelTimeoutError,
+    ModelToolsUnsupportedError,
 )
 from fabric.domain.models import ChatResponse, Usage
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient, parse_completion
@@ -331,12 +336,12 @@ OPENAI_CONTEXT = {
         (401, {"error": {"message": "Incorrect API key"}}, ModelAuthError, "FABRIC_API_KEY"),
         (403, {"error": {"message": "forbidden"}}, ModelAuthError, "FABRIC_API_KEY"),
         (404, {"error": {"message": "model 'nope' not found"}}, ModelNotFoundError, "ollama pull"),
-        (400, OLLAMA_NO_TOOLS, ModelCapabilityError, "pick a tool-capable model"),
-        (400, OPENAI_CONTEXT, ModelCapabilityError, "longer context"),
+        (400, OLLAMA_NO_TOOLS, ModelToolsUnsupportedError, "pick a tool-capable model"),
+        (400, OPENAI_CONTEXT, ModelContextLengthError, "longer context"),
         (400, {"error": {"message": "temperature too high"}}, ModelError, "fabric.yaml"),
-        (429, {"error": {"message": "Rate limit reached"}}, ModelError, "wait and try again"),
-        (500, {"error": {"message": "internal"}}, ModelError, "try again"),
-        (503, "<html>Service Unavailable</html>", ModelError, "check its logs"),
+        (429, {"error": {"message": "Rate limit reached"}}, ModelRateLimitError, "try again"),
+        (500, {"error": {"message": "internal"}}, ModelServerError, "try again"),
+        (503, "<html>Service Unavailable</html>", ModelServerError, "check its logs"),
     ],
 )
 def test_http_errors_become_fabric_errors_with_status_body_and_hint(
@@ -354,16 +359,26 @@ def test_http_errors_become_fabric_errors_with_status_body_and_hint(
     assert (json.loads(error.body) if isinstance(body, dict) else error.body) == body
     assert hint in error.hint
     assert f"hint: {error.hint}" in str(error)
-    assert str(status) in error.message or error_type is ModelCapabilityError
+    assert str(status) in error.message or issubclass(error_type, ModelCapabilityError)
+    assert error.retryable is (status >= 429)
 
 
 def test_tool_capability_error_names_the_model_and_what_to_do() -> None:
     error = chat_error(httpx.Response(400, json=OLLAMA_NO_TOOLS), model="gemma:2b")
-    assert isinstance(error, ModelCapabilityError)
+    assert isinstance(error, ModelToolsUnsupportedError)
     assert "gemma:2b" in error.message and "cannot call tools" in error.message
     assert "does not support tools" in error.message
     assert "--model" in error.hint and "tool-capable" in error.hint
-    assert error.code == "model_capability_error"
+    assert error.code == "tools_unsupported" and not error.retryable
+
+
+def test_rate_limit_keeps_how_long_the_server_asked_to_wait() -> None:
+    answer = httpx.Response(
+        429, json={"error": {"message": "Rate limit reached"}}, headers={"Retry-After": "7"}
+    )
+    error = chat_error(answer)
+    assert isinstance(error, ModelRateLimitError)
+    assert error.retry_after == 7.0 and error.retryable and error.code == "rate_limited"
 
 
 def test_a_long_error_body_is_kept_but_bounded() -> None:
@@ -400,12 +415,14 @@ def test_nothing_listening_on_a_real_port_is_a_connection_error() -> None:
 
 
 @pytest.mark.parametrize("timeout", [httpx.ReadTimeout, httpx.ConnectTimeout, httpx.WriteTimeout])
-def test_timeouts_are_connection_errors_that_say_so(timeout: type[httpx.TimeoutException]) -> None:
+def test_timeouts_are_timeout_errors_that_say_so(timeout: type[httpx.TimeoutException]) -> None:
     def slow(request: httpx.Request) -> httpx.Response:
         raise timeout("timed out", request=request)
 
     error = chat_error(slow)
-    assert type(error) is ModelConnectionError
+    assert type(error) is ModelTimeoutError
+    assert isinstance(error, ModelConnectionError) and error.retryable
+    assert error.code == "timeout"
     assert "did not answer in time" in error.message and timeout.__name__ in error.message
     assert "timeouts" in error.hint
 

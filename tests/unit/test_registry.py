@@ -332,7 +332,10 @@ def test_pack_model_key_must_be_in_llm_models(tmp_path: Path) -> None:
         """,
     )
     message = pack_error(load_config(config), "p")
-    assert f"{config}:6: packs.p.model: 'large' is not a key of llm.models" in message
+    assert (
+        f"{config}:6: packs.p.model: 'large' is not a model key in llm.models or a backend's models"
+        in message
+    )
     assert "default, coder" in message
 
 

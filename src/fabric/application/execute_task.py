@@ -32,8 +32,9 @@ from fabric.domain.models import (
 )
 
 from .context import ToolContext
+from .cost import Prices, RunCost
 from .pack import FINISH_TOOL, Pack
-from .ports import ChatClient, RunLog, Tool
+from .ports import ChatClient, DeltaSink, RunLog, Tool
 
 
 class _Stop(Exception):
@@ -65,6 +66,8 @@ class _Run:
     usage: Usage = field(default_factory=Usage)
     repairs: int = 0
     nudged: bool = False
+    on_delta: DeltaSink | None = None
+    cost: RunCost | None = None
     _sent: int = 0
 
     def __post_init__(self) -> None:
@@ -103,21 +106,25 @@ class _Run:
         self.log.emit("llm_request", request)
         started = time.perf_counter()
         try:
-            response = await self.chat.chat(self.messages, self.tool_defs)
+            response = await self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
         except FabricError as exc:
             raise _Stop(RunStatus.FAILED, error=_describe(exc)) from exc
         self.usage += response.usage
-        self.log.emit(
-            "llm_response",
-            {
-                "step": self.steps,
-                "message": response.message,
-                "finish_reason": response.finish_reason,
-                "usage": _usage(response.usage),
-                "model": response.model,
-                "duration_ms": _ms(started),
-            },
-        )
+        if self.cost is not None:
+            self.cost.add(response, self.chat.model)
+        event: dict[str, Any] = {
+            "step": self.steps,
+            "message": response.message,
+            "finish_reason": response.finish_reason,
+            "usage": _usage(response.usage),
+            "model": response.model,
+            "duration_ms": _ms(started),
+        }
+        if response.tool_calls_from_text:
+            event["tool_calls_from_text"] = True
+        if response.warnings:
+            event["warnings"] = list(response.warnings)
+        self.log.emit("llm_response", event)
         return response
 
     def _no_tool_calls(self, response: ChatResponse) -> None:
@@ -231,7 +238,7 @@ async def execute_task(
     task: str,
     *,
     pack: Pack,
-    chat: ChatClient,
+    chat: ChatClient | None,
     runlog: RunLog,
     run_id: str,
     workspace: Path,
@@ -240,15 +247,27 @@ async def execute_task(
     cancel: asyncio.Event | None = None,
     protected: tuple[Path, ...] = (),
     meta: Mapping[str, Any] | None = None,
+    on_delta: DeltaSink | None = None,
+    prices: Prices | None = None,
+    start_error: FabricError | None = None,
 ) -> RunResult:
     """Run ``task`` with ``pack`` until it finishes, and return how it ended.
 
+    With ``start_error`` (no model could be set up; ``chat`` is then None) the run is recorded
+    as started and failed with that error, so it has a runlog like every other run.
+
     ``sandbox`` defaults to the pack's own; ``protected`` folders stay read-only for file tools.
+    ``on_delta`` gets the model's reply as it streams in; with ``prices`` the run's cost is
+    counted (a model without a price counts as 0 and is listed in ``run_finished.cost``).
     """
     limits = limits or Limits()
     sandbox = sandbox or pack.sandbox
     ctx = ToolContext(run_id, workspace, sandbox, tuple(p.resolve() for p in protected))
-    run = _Run(run_id, pack, chat, runlog, limits, ctx, cancel or asyncio.Event())
+    if chat is None and start_error is None:
+        raise ValueError("execute_task needs a chat client or the error that prevented one")
+    run = _Run(run_id, pack, chat, runlog, limits, ctx, cancel or asyncio.Event())  # type: ignore[arg-type]
+    run.on_delta = on_delta
+    run.cost = RunCost(prices) if prices is not None else None
     started = time.perf_counter()
     runlog.emit(
         "run_started",
@@ -256,7 +275,7 @@ async def execute_task(
             **(meta or {}),
             "pack": pack.name,
             "task": task,
-            "model": chat.model,
+            "model": chat.model if chat is not None else None,
             "workspace": str(workspace),
             "limits": limits.model_dump(),
             "sandbox": sandbox.model_dump(),
@@ -268,6 +287,8 @@ async def execute_task(
         {"role": "system", "content": pack.system_prompt},
         {"role": "user", "content": task},
     ]
+    if start_error is not None:
+        return _finish_log(run, _Stop(RunStatus.FAILED, error=_describe(start_error)), started)
     stop: _Stop
     try:
         await run.loop()
@@ -295,6 +316,7 @@ def _finish_log(run: _Run, stop: _Stop, started: float) -> RunResult:
         duration_s=round(duration, 6),
         runlog_path=run.log.location,
         error=stop.error,
+        cost_usd=run.cost.usd if run.cost is not None else None,
     )
     event: dict[str, Any] = {
         "status": stop.status.value,
@@ -305,6 +327,8 @@ def _finish_log(run: _Run, stop: _Stop, started: float) -> RunResult:
     }
     if stop.error:
         event["error"] = stop.error
+    if run.cost is not None:
+        event["cost"] = {"usd": run.cost.usd, "unknown_models": sorted(run.cost.unknown)}
     run.log.emit("run_finished", event)
     run.log.close()
     return result

@@ -3,25 +3,46 @@ proves they fit. No adapter inherits from these classes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from fabric.domain.models import ChatResponse, Message, ToolSpec
+from fabric.domain.models import ChatDelta, ChatResponse, Message, ModelInfo, ToolSpec
 
 from .context import ToolContext
 
+DeltaSink = Callable[[ChatDelta], None]
+"""Receives a streamed reply's pieces as they arrive (for live display only)."""
+
 
 class ChatClient(Protocol):
-    """One model behind one endpoint. ``chat`` sends the whole history in wire form."""
+    """One model behind one endpoint. ``chat`` sends the whole history in wire form; a client
+    that streams passes each piece to ``on_delta`` and still returns the whole reply."""
 
     @property
     def model(self) -> str: ...
 
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
     ) -> ChatResponse: ...
 
     async def aclose(self) -> None: ...
+
+
+class ModelCatalog(Protocol):
+    """What one backend offers."""
+
+    @property
+    def backend(self) -> str:
+        """The backend's name in fabric.yaml."""
+        ...
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Every model the backend has; raises ModelError when it cannot be reached."""
+        ...
 
 
 class RunLog(Protocol):
@@ -55,3 +76,8 @@ class Tool(Protocol):
 
 EventObserver = Callable[[str, Mapping[str, Any]], None]
 """Something that watches a run's events as they happen (the CLI's progress display)."""
+
+
+ToolProbe = Callable[[str, str], Awaitable[bool]]
+"""Asks backend ``backend`` whether model ``model`` really calls tools (one tiny request,
+cached by the adapter that implements it)."""

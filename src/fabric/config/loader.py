@@ -8,7 +8,7 @@ naming the file, the key path and the line.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -19,11 +19,12 @@ from pydantic import BaseModel, HttpUrl, TypeAdapter, ValidationError
 
 from fabric.domain.errors import ConfigError
 
-from .schema import FabricConfig
+from .schema import EmbeddedBackend, FabricConfig
 
 CONFIG_ENV = "FABRIC_CONFIG"
 BASE_URL_ENV = "FABRIC_BASE_URL"
 MODEL_ENV = "FABRIC_MODEL"
+BACKEND_ENV = "FABRIC_BACKEND"
 PACKAGED = "<packaged default>"
 
 
@@ -92,9 +93,10 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> LoadedConfig:
         source, base_dir = str(path), path.resolve().parent
     data = _parse(text, source)
     try:
-        config = FabricConfig.model_validate(_with_env_overrides(data))
+        config = FabricConfig.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc, source, text, FabricConfig, ()) from None
+    config = _with_env_overrides(config)
     return LoadedConfig(config=config, source=source, base_dir=base_dir, text=text)
 
 
@@ -140,38 +142,45 @@ def _parse(text: str, source: str) -> dict[str, Any]:
     return data
 
 
-def _with_env_overrides(data: dict[str, Any]) -> dict[str, Any]:
-    """Apply FABRIC_BASE_URL and FABRIC_MODEL. Parts of the wrong type are left alone for
-    validation to report."""
-    base_url, model = os.environ.get(BASE_URL_ENV), os.environ.get(MODEL_ENV)
-    if not (base_url or model):
-        return data
-    llm = data.get("llm")
-    if llm is None:
-        llm = {}
-    if not isinstance(llm, Mapping):
-        return data
-    llm = dict(llm)
+def _with_env_overrides(config: FabricConfig) -> FabricConfig:
+    """Apply FABRIC_BACKEND, FABRIC_BASE_URL and FABRIC_MODEL to a checked config."""
+    llm = config.llm
+    backend = os.environ.get(BACKEND_ENV)
+    if backend:
+        if backend != "auto" and backend not in llm.backends:
+            raise ConfigError(
+                f"{BACKEND_ENV}={backend!r} is not a backend",
+                hint=f"use 'auto' or one of: {', '.join(llm.backends)}; or unset it",
+            )
+        llm = llm.model_copy(update={"backend": backend})
+    base_url = os.environ.get(BASE_URL_ENV)
     if base_url:
         try:
-            TypeAdapter(HttpUrl).validate_python(base_url)
+            url = TypeAdapter(HttpUrl).validate_python(base_url)
         except ValidationError as exc:
             problem = exc.errors(include_url=False)[0]["msg"]
             raise ConfigError(
                 f"{BASE_URL_ENV}={base_url!r} is not a valid URL: {problem}",
-                hint=f"set {BASE_URL_ENV} to e.g. http://127.0.0.1:11434/v1, or unset it",
+                hint=f"set {BASE_URL_ENV} to e.g. http://127.0.0.1:8080/v1, or unset it",
             ) from None
-        llm["base_url"] = base_url
-    models = llm.get("models")
-    if model and (models is None or isinstance(models, Mapping)):
-        keys = [str(k) for k in models or {"default": ""}]
-        packs = data.get("packs")
-        if isinstance(packs, Mapping):
-            keys += [
-                str(p.get("model", "default")) for p in packs.values() if isinstance(p, Mapping)
-            ]
-        llm["models"] = dict.fromkeys(keys, model)
-    return {**data, "llm": llm}
+        name = "openai" if llm.backend == "auto" else llm.backend
+        target = llm.backends.get(name)
+        if target is None or isinstance(target, EmbeddedBackend):
+            raise ConfigError(
+                f"{BASE_URL_ENV} cannot apply to the {name!r} backend, which has no URL",
+                hint=f"unset {BASE_URL_ENV}, or pick a server backend with --backend",
+            )
+        backends = {**llm.backends, name: target.model_copy(update={"base_url": url})}
+        llm = llm.model_copy(update={"backends": backends, "backend": name})
+    model = os.environ.get(MODEL_ENV)
+    if model:
+        keys = {"default", *llm.models, *(p.model for p in config.packs.values())}
+        backends = {
+            name: b.model_copy(update={"models": dict.fromkeys(b.models, model)})
+            for name, b in llm.backends.items()
+        }
+        llm = llm.model_copy(update={"models": dict.fromkeys(keys, model), "backends": backends})
+    return config if llm is config.llm else config.model_copy(update={"llm": llm})
 
 
 def validation_error(
@@ -183,18 +192,34 @@ def validation_error(
 ) -> ConfigError:
     """One message for all of a validation error's problems, each with key path and line."""
     lines = []
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
     for err in exc.errors(include_url=False):
-        loc = [*prefix, *err["loc"]]
+        loc = _without_tags(data, [*prefix, *err["loc"]])
         line = _line_of(text, loc)
         where = f"{source}:{line}" if line else source
         key = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key" + _valid_keys_hint(model, err["loc"])
+            msg = "unknown key" + _valid_keys_hint(model, loc[len(prefix) :])
         lines.append(f"{where}: {key}: {msg}")
     head = "invalid configuration" if len(lines) > 1 else lines[0]
     body = "\n".join(f"  {ln}" for ln in lines) if len(lines) > 1 else ""
     return ConfigError(head + ("\n" + body if body else ""), hint="fix the key and run again")
+
+
+def _without_tags(data: Any, loc: list[str | int]) -> list[str | int]:
+    """The key path without the union tags pydantic puts in it: ``backends.mine.openai.x``
+    is ``backends.mine.x`` in the file (``openai`` being that entry's ``kind``)."""
+    out: list[str | int] = []
+    for part in loc:
+        if isinstance(data, dict) and part not in data and data.get("kind") == part:
+            continue
+        out.append(part)
+        data = data.get(part) if isinstance(data, dict) else None
+    return out
 
 
 def _valid_keys_hint(root: type[BaseModel], loc: Sequence[str | int]) -> str:

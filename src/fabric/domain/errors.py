@@ -4,25 +4,36 @@
     ├── ConfigError                  fabric.yaml or a CLI option is wrong (exit code 2)
     │   └── PackError                a pack cannot be found, imported or built
     └── RunError                     something went wrong while a task ran (exit code 1)
-        ├── ModelError               the model server failed; carries status code and body
-        │   ├── ModelConnectionError     server unreachable or timed out
-        │   ├── ModelAuthError           401/403
-        │   ├── ModelNotFoundError       404 / unknown model
-        │   ├── ModelCapabilityError     the model cannot do what the pack needs (tools)
-        │   └── ModelResponseError       the server answered with something unusable
+        ├── ModelError               a model backend failed; carries status code and body
+        │   ├── ModelConnectionError     network: the server cannot be reached      [retryable]
+        │   │   └── ModelTimeoutError    timeout: no answer in time                 [retryable]
+        │   ├── ModelAuthError           authentication: credentials refused
+        │   ├── ModelRateLimitError      rate_limited: 429, may say when to retry   [retryable]
+        │   ├── ModelServerError         server_error: 5xx                          [retryable]
+        │   ├── ModelNotFoundError       model_not_found
+        │   ├── ModelCapabilityError     the model cannot do what the run needs
+        │   │   ├── ModelToolsUnsupportedError   tools_unsupported
+        │   │   └── ModelContextLengthError      context_length_exceeded
+        │   └── ModelResponseError       invalid_response: an answer fabric cannot use
         └── ToolError                raised inside a tool; the loop turns it into a tool result
             ├── ToolArgumentError        arguments failed validation
             └── SandboxError             the sandbox refused (path outside workspace, command
                                          not allowed, address not allowed)
 
-Control-flow signals (not errors a user sees) live in ``application.signals``.
+Model errors have short stable codes (``network``, ``rate_limited``, ...) for runlogs and JSON
+output; the others derive theirs from the class name (``config_error``).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class FabricError(Exception):
     """Base class: a message a user can read plus what to do about it."""
+
+    CODE: ClassVar[str | None] = None
+    """A fixed code; None derives one from the class name."""
 
     def __init__(self, message: str, *, hint: str = "") -> None:
         super().__init__(message)
@@ -35,6 +46,8 @@ class FabricError(Exception):
     @property
     def code(self) -> str:
         """A short stable identifier, e.g. ``config_error``, for JSON output and runlogs."""
+        if self.CODE:
+            return self.CODE
         name = type(self).__name__.removesuffix("Error") or "Fabric"
         return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_") + "_error"
 
@@ -52,7 +65,12 @@ class RunError(FabricError):
 
 
 class ModelError(RunError):
-    """The model server failed. ``status_code`` and ``body`` are kept when there was a reply."""
+    """A model backend failed. ``status_code`` and ``body`` are kept when there was a reply;
+    ``retryable`` says whether trying again may help, ``retry_after`` how long the server asked
+    to wait (seconds)."""
+
+    CODE = "model_error"
+    RETRYABLE: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -61,30 +79,79 @@ class ModelError(RunError):
         hint: str = "",
         status_code: int | None = None,
         body: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message, hint=hint)
         self.status_code = status_code
         self.body = body
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.RETRYABLE
 
 
 class ModelConnectionError(ModelError):
-    """The model server could not be reached or did not answer in time."""
+    """The model server could not be reached."""
+
+    CODE = "network"
+    RETRYABLE = True
+
+
+class ModelTimeoutError(ModelConnectionError):
+    """The model server did not answer in time."""
+
+    CODE = "timeout"
 
 
 class ModelAuthError(ModelError):
     """The model server refused the credentials."""
 
+    CODE = "authentication"
+
+
+class ModelRateLimitError(ModelError):
+    """The server is rate limiting (429); ``retry_after`` may say for how long."""
+
+    CODE = "rate_limited"
+    RETRYABLE = True
+
+
+class ModelServerError(ModelError):
+    """The server failed on its side (5xx)."""
+
+    CODE = "server_error"
+    RETRYABLE = True
+
 
 class ModelNotFoundError(ModelError):
     """The server does not know the model (or the URL is not a chat endpoint)."""
 
+    CODE = "model_not_found"
+
 
 class ModelCapabilityError(ModelError):
-    """The model cannot do what the run needs, e.g. it does not support tool calls."""
+    """The model cannot do what the run needs."""
+
+    CODE = "capability"
+
+
+class ModelToolsUnsupportedError(ModelCapabilityError):
+    """The model does not support tool calls."""
+
+    CODE = "tools_unsupported"
+
+
+class ModelContextLengthError(ModelCapabilityError):
+    """The conversation no longer fits the model's context window."""
+
+    CODE = "context_length_exceeded"
 
 
 class ModelResponseError(ModelError):
-    """The server answered, but not with a chat completion fabric can use."""
+    """The server answered, but not with something fabric can use."""
+
+    CODE = "invalid_response"
 
 
 class ToolError(RunError):

@@ -54,6 +54,8 @@ class ChatResponse:
     """What one model call returned.
 
     ``message`` is the assistant message exactly as it goes back into the history.
+    ``tool_calls_from_text`` is set when the calls were parsed out of the reply's text (the
+    per-model ``text_tool_calls`` option) rather than sent as native tool calls.
     """
 
     message: Message
@@ -62,6 +64,37 @@ class ChatResponse:
     usage: Usage = field(default_factory=Usage)
     finish_reason: str | None = None
     model: str | None = None
+    tool_calls_from_text: bool = False
+    warnings: tuple[str, ...] = ()
+    """Things the adapter noticed and a person should see in the runlog: a prompt the server
+    truncated, stream chunks it could not read."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDelta:
+    """A piece of a streamed reply, for live display: some text, or a fragment of tool call
+    number ``tool_index`` (its ``tool_name`` comes with the first fragment)."""
+
+    text: str = ""
+    tool_index: int | None = None
+    tool_name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A model a backend offers, with what is known of it (None: not known)."""
+
+    name: str
+    backend: str
+    tools: bool | None = None
+    """Whether it can call tools."""
+    embedding_only: bool = False
+    context_length: int | None = None
+    parameters_b: float | None = None
+    """Size in billions of parameters."""
+    family: str | None = None
+    quantization: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +143,9 @@ class RunResult:
     duration_s: float
     runlog_path: str | None
     error: dict[str, str] | None = None
+    cost_usd: float | None = None
+    """What the model calls cost, from the configured prices (None: no price table); models
+    without a price count as 0 and are listed in the runlog's ``run_finished.cost``."""
 
     @property
     def succeeded(self) -> bool:

@@ -4,30 +4,28 @@ tests all build runs here, so they behave the same."""
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import fabric
 from fabric.application.execute_task import execute_task
-from fabric.application.ports import ChatClient
+from fabric.application.ports import ChatClient, DeltaSink, RunLog
+from fabric.application.resilience import FallbackChatClient, RetryingChatClient
+from fabric.application.resolve import Resolution, probe_tools, resolve_llm
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import LLMSettings
-from fabric.domain.errors import ConfigError
+from fabric.config.schema import FallbackStep, Limits
+from fabric.domain.errors import ConfigError, ModelError
 from fabric.domain.models import RunResult
+from fabric.infrastructure.llm.backends import Backends, base_url_of
 from fabric.infrastructure.packs.registry import LoadedPack, load_pack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
 from fabric.infrastructure.runlog.writer import Observer
 
 ChatFactory = Callable[[str], ChatClient]
-"""Builds a chat client for a model name."""
-
-
-def api_key(llm: LLMSettings) -> str | None:
-    """The first API key set among ``llm.api_key_env``; never logged or echoed."""
-    return next((os.environ[n] for n in llm.api_key_env if os.environ.get(n)), None)
+"""Builds a chat client for a model name (tests inject one to skip backends entirely)."""
 
 
 def redact_url(url: str) -> str:
@@ -40,31 +38,14 @@ def redact_url(url: str) -> str:
     return url
 
 
-def _openai_factory(llm: LLMSettings) -> ChatFactory:
-    def make(model: str) -> ChatClient:
-        import httpx
-
-        from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
-
-        t = llm.timeouts
-        return OpenAIChatClient(
-            base_url=str(llm.base_url),
-            model=model,
-            api_key=api_key(llm),
-            timeout=httpx.Timeout(t.read, connect=t.connect, write=t.write),
-            temperature=llm.temperature,
-        )
-
-    return make
-
-
 @dataclass
 class Runner:
-    """Runs tasks with the packs of one config."""
+    """Runs tasks with the packs of one config. ``aclose`` stops what it started."""
 
     loaded: LoadedConfig
-    chat_factory: ChatFactory
     runs_dir: Path
+    backends: Backends
+    chat_factory: ChatFactory | None = None
     _packs: dict[str, LoadedPack] = field(default_factory=dict)
 
     def pack(self, name: str) -> LoadedPack:
@@ -73,11 +54,66 @@ class Runner:
         return self._packs[name]
 
     def model_for(self, loaded_pack: LoadedPack, override: str | None = None) -> str:
-        """``--model`` may be a key of llm.models or a model name; else the pack's key."""
+        """The model name a pack asks for: ``--model`` (a key or a name), else its key's name
+        in llm.models ('auto' when no table names it)."""
         models = self.loaded.config.llm.models
         if override:
             return models.get(override, override)
-        return models[loaded_pack.settings.model]
+        return models.get(loaded_pack.settings.model, "auto")
+
+    async def resolve(
+        self, pack_name: str, *, backend: str | None = None, model: str | None = None
+    ) -> Resolution:
+        """Which backend and model a run of this pack would use, and why."""
+        llm = self.loaded.config.llm
+        return await resolve_llm(
+            llm,
+            model_key=self.pack(pack_name).settings.model,
+            catalogs=self.backends.catalog,
+            backend=backend,
+            model=model,
+            probe=self._probe if llm.selection.probe_tools else None,
+        )
+
+    async def _probe(self, backend: str, model: str) -> bool:
+        from fabric.infrastructure.llm.probe_cache import ProbeCache
+
+        options = self.backends.options(model)
+        if options.text_tool_calls or options.constrained_tool_calls:
+            return True  # the user chose how this model's calls are read; a probe cannot judge
+        cache = ProbeCache()
+        url = base_url_of(self.backends.settings(backend)) or backend
+        known = cache.get(backend, url, model)
+        if known is not None:
+            return known
+        client = await self.backends.client(backend, model)
+        try:
+            answer = await probe_tools(client)
+        finally:
+            await client.aclose()
+        cache.set(backend, url, model, answer)
+        return answer
+
+    async def _chat(self, resolution: Resolution, runlog: RunLog) -> ChatClient:
+        """The resolved model's client, with retries and the configured fallbacks."""
+        llm = self.loaded.config.llm
+        inner = await self.backends.client(resolution.backend, resolution.model, resolution.info)
+        chat: ChatClient = RetryingChatClient(inner, llm.retry, on_event=runlog.emit)
+        if llm.fallback:
+            steps = [(step, self._fallback_factory(step, runlog)) for step in llm.fallback]
+            chat = FallbackChatClient(chat, steps, on_event=runlog.emit, backend=resolution.backend)
+        return chat
+
+    def _fallback_factory(
+        self, step: FallbackStep, runlog: RunLog
+    ) -> Callable[[], Awaitable[ChatClient]]:
+        retry = self.loaded.config.llm.retry
+
+        async def make() -> ChatClient:
+            inner = await self.backends.client(step.backend, step.model)
+            return RetryingChatClient(inner, retry, on_event=runlog.emit)
+
+        return make
 
     async def run(
         self,
@@ -85,10 +121,12 @@ class Runner:
         task: str,
         *,
         model: str | None = None,
+        backend: str | None = None,
         workspace: Path | None = None,
         max_steps: int | None = None,
         run_id: str | None = None,
         observers: Sequence[Observer] = (),
+        on_delta: DeltaSink | None = None,
         cancel: asyncio.Event | None = None,
     ) -> RunResult:
         """Run one task to its end and return the result; the runlog is on disk."""
@@ -100,45 +138,85 @@ class Runner:
             raise ConfigError(
                 f"workspace {folder} is not a folder", hint="pass an existing --workspace"
             )
-        limits = loaded_pack.settings.limits
-        if max_steps is not None:
-            if max_steps < 1:
-                raise ConfigError("--max-steps must be at least 1")
-            limits = limits.model_copy(update={"max_steps": max_steps})
-        model_name = self.model_for(loaded_pack, model)
-        run_id = run_id or new_run_id()
+        limits = _limits(loaded_pack.settings.limits, max_steps)
+        resolution, unresolved = None, None
+        if self.chat_factory is None:
+            try:
+                resolution = await self.resolve(pack_name, backend=backend, model=model)
+            except ModelError as exc:  # recorded as a failed run, with its runlog
+                unresolved = exc
+        runlog = self._runlog(run_id or new_run_id(), observers)
+        chat: ChatClient | None = None
         try:
-            runlog = JsonlRunLog(self.runs_dir, run_id, *observers)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot create the runlog folder in {self.runs_dir}: {exc}",
-                hint="make runs_dir writable, or point runs_dir in fabric.yaml elsewhere",
-            ) from exc
-        chat = self.chat_factory(model_name)
-        try:
+            if self.chat_factory is not None:
+                chat = self.chat_factory(self.model_for(loaded_pack, model))
+            elif resolution is not None:
+                try:  # e.g. the embedded model server fails to start
+                    chat = await self._chat(resolution, runlog)
+                except ModelError as exc:
+                    unresolved = exc
             return await execute_task(
                 task,
                 pack=loaded_pack.pack,
                 chat=chat,
                 runlog=runlog,
-                run_id=run_id,
+                run_id=runlog.run_id,
                 workspace=folder,
                 sandbox=loaded_pack.settings.sandbox,
                 limits=limits,
                 cancel=cancel,
                 protected=(self.runs_dir,),
-                meta={
-                    "fabric_version": fabric.__version__,
-                    "config": self.loaded.source,
-                    "backend": {
-                        "kind": self.loaded.config.llm.kind,
-                        "base_url": redact_url(str(self.loaded.config.llm.base_url)),
-                    },
-                },
+                on_delta=on_delta,
+                prices=self._prices(),
+                meta=self._meta(resolution),
+                start_error=unresolved,
             )
         finally:
             runlog.close()
-            await chat.aclose()
+            if chat is not None:
+                await chat.aclose()
+
+    def _runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:
+        try:
+            return JsonlRunLog(self.runs_dir, run_id, *observers)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the runlog folder in {self.runs_dir}: {exc}",
+                hint="make runs_dir writable, or point runs_dir in fabric.yaml elsewhere",
+            ) from exc
+
+    def _prices(self) -> dict[str, tuple[float | None, float | None]]:
+        options = self.loaded.config.llm.model_options
+        return {name: (o.input_price, o.output_price) for name, o in options.items()}
+
+    def _meta(self, resolution: Resolution | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"fabric_version": fabric.__version__, "config": self.loaded.source}
+        if resolution is not None:
+            settings = self.backends.settings(resolution.backend)
+            url = base_url_of(settings)
+            meta["backend"] = {
+                "name": resolution.backend,
+                "kind": settings.kind,
+                "base_url": redact_url(url) if url else None,
+            }
+            meta["selection"] = {
+                "backend": resolution.backend,
+                "model": resolution.model,
+                "reason": resolution.reason,
+                "skipped": [{"backend": b, "why": w} for b, w in resolution.skipped],
+            }
+        return meta
+
+    async def aclose(self) -> None:
+        await self.backends.aclose()
+
+
+def _limits(limits: Limits, max_steps: int | None) -> Limits:
+    if max_steps is None:
+        return limits
+    if max_steps < 1:
+        raise ConfigError("--max-steps must be at least 1")
+    return limits.model_copy(update={"max_steps": max_steps})
 
 
 def build_runner(
@@ -146,10 +224,12 @@ def build_runner(
     *,
     chat_factory: ChatFactory | None = None,
     runs_dir: Path | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> Runner:
     """Compose a runner; every default is built here, none at import time."""
     return Runner(
         loaded=loaded,
-        chat_factory=chat_factory or _openai_factory(loaded.config.llm),
         runs_dir=runs_dir or loaded.runs_dir,
+        backends=Backends(loaded.config.llm, on_status=on_status),
+        chat_factory=chat_factory,
     )

@@ -2,8 +2,10 @@
 
 Covers Ollama's ``/v1``, vLLM, llama.cpp's server, LM Studio, OpenAI and OpenRouter. Tools go
 in the ``tools`` field; ``tool_calls`` come back with arguments as a JSON string (OpenAI) or an
-object (some local servers). httpx errors and HTTP error replies become fabric errors here, so
-nothing above this module sees httpx.
+object (some local servers). With ``stream`` on, the reply arrives as server-sent events
+(``openai_stream``) and each piece goes to ``on_delta``; either way the same ``ChatResponse``
+comes back. httpx errors and HTTP error replies become fabric errors here, so nothing above
+this module sees httpx.
 """
 
 from __future__ import annotations
@@ -17,26 +19,30 @@ from typing import Any
 
 import httpx
 
-from fabric.domain.errors import (
-    ModelAuthError,
-    ModelCapabilityError,
-    ModelConnectionError,
-    ModelError,
-    ModelNotFoundError,
-    ModelResponseError,
-)
-from fabric.domain.models import ChatResponse, Message, ToolCall, Usage
+from fabric.application.ports import DeltaSink
+from fabric.domain.errors import ModelConnectionError, ModelError, ModelResponseError
+from fabric.domain.models import ChatDelta, ChatResponse, Message, ToolCall, Usage
 
 from .arguments import parse_arguments
+from .http_errors import BODY_LIMIT, status_error, transport_error
+from .openai_catalog import OpenAICatalog
+from .openai_stream import StreamAccumulator, sse_data
+from .text_tool_calls import apply_text_tool_calls, tool_call_schema
 
-_BODY_LIMIT = 2000
-_TOOLS_UNSUPPORTED = ("does not support tools", "tool use is not supported", "tools are not")
-_CONTEXT_EXCEEDED = ("context length", "context_length", "maximum context", "too many tokens")
+__all__ = ["OpenAICatalog", "OpenAIChatClient", "parse_completion"]
+
 _JSON = {"Content-Type": "application/json"}
 
 
 class OpenAIChatClient:
-    """Non-streaming chat completions over httpx (async)."""
+    """Chat completions over httpx (async), streamed or not.
+
+    ``text_tool_calls`` (a per-model option for weak local models): a reply without native
+    tool calls is searched for calls written as JSON in its text (see ``text_tool_calls``).
+    ``constrained_tool_calls`` (llama.cpp, and other servers that honour ``response_format``
+    with a JSON schema): every reply is constrained to one ``{"name", "arguments"}`` call of an
+    offered tool, and read as that call. The model can then never answer in plain text.
+    """
 
     def __init__(
         self,
@@ -46,11 +52,17 @@ class OpenAIChatClient:
         api_key: str | None = None,
         timeout: httpx.Timeout | float = 600.0,
         temperature: float | None = None,
+        stream: bool = False,
+        text_tool_calls: bool = False,
+        constrained_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._model = model
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._temperature = temperature
+        self._stream = stream
+        self._text_tool_calls = text_tool_calls
+        self._constrained = constrained_tool_calls
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             headers=headers,
@@ -65,82 +77,105 @@ class OpenAIChatClient:
         return self._model
 
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
     ) -> ChatResponse:
         body: dict[str, Any] = {"model": self._model, "messages": messages}
         if tools:
             body["tools"] = tools
         if self._temperature is not None:
             body["temperature"] = self._temperature
-        content = _encode(body)
+        if self._constrained and tools:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "tool_call", "schema": tool_call_schema(tools)},
+            }
+        if self._stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+            response = await self._chat_streamed(_encode(body), on_delta)
+        else:
+            response = await self._chat_once(_encode(body))
+        if self._text_tool_calls or self._constrained:
+            response = apply_text_tool_calls(response, tools, messages)
+        return response
+
+    async def _chat_once(self, content: bytes) -> ChatResponse:
         try:
             reply = await self._http.post(self._url, content=content, headers=_JSON)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self._url) from exc
+        if reply.status_code >= 400:
+            raise self._status_error(reply)
+        return parse_completion(self._json(reply))
+
+    async def _chat_streamed(self, content: bytes, on_delta: DeltaSink | None) -> ChatResponse:
+        request = self._http.build_request("POST", self._url, content=content, headers=_JSON)
+        try:
+            reply = await self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self._url) from exc
+        try:
+            kind = reply.headers.get("content-type", "").split(";")[0].strip().lower()
+            if reply.status_code >= 400 or kind == "application/json":
+                await reply.aread()
+                if reply.status_code >= 400:
+                    raise self._status_error(reply)
+                return _replayed(parse_completion(self._json(reply)), on_delta)
+            stream = StreamAccumulator(on_delta, model=self._model)
+            async for event in sse_data(reply.aiter_lines()):
+                stream.feed(event)
+                if stream.done:
+                    break
+            body = stream.completion()
         except httpx.TimeoutException as exc:
-            raise ModelConnectionError(
-                f"the model server at {self._url} did not answer in time ({type(exc).__name__})",
-                hint="raise llm.timeouts in fabric.yaml, or use a smaller or faster model",
-            ) from exc
+            raise transport_error(exc, self._url) from exc
         except httpx.HTTPError as exc:
             raise ModelConnectionError(
-                f"cannot reach the model server at {self._url}: {exc}",
-                hint="start it (for Ollama: `ollama serve`) or point FABRIC_BASE_URL or "
-                "llm.base_url at a running OpenAI-compatible server",
+                f"the connection to the model server at {self._url} broke during the reply: "
+                f"{exc or type(exc).__name__}",
+                hint="try again; if it keeps happening, check the server's logs (it may have "
+                "crashed or run out of memory)",
             ) from exc
-        if reply.status_code >= 400:
-            raise self._http_error(reply)
+        finally:
+            await reply.aclose()
+        return replace(parse_completion(body), warnings=tuple(stream.warnings))
+
+    def _status_error(self, reply: httpx.Response) -> ModelError:
+        return status_error(
+            reply.status_code,
+            reply.text,
+            reply.headers,
+            model=self._model,
+            server="the model server",
+        )
+
+    def _json(self, reply: httpx.Response) -> Any:
         try:
-            data = reply.json()
+            return reply.json()
         except ValueError as exc:
             raise ModelResponseError(
                 f"the model server sent a reply that is not JSON: {reply.text[:200]!r}",
                 hint="check that llm.base_url points at an OpenAI-compatible API (ending in /v1)",
                 status_code=reply.status_code,
-                body=reply.text[:_BODY_LIMIT],
+                body=reply.text[:BODY_LIMIT],
             ) from exc
-        return parse_completion(data)
-
-    def _http_error(self, reply: httpx.Response) -> ModelError:
-        status, text = reply.status_code, reply.text[:_BODY_LIMIT]
-        lowered = text.lower()
-        what = f"the model server answered {status} for model {self._model!r}: {text[:500]}"
-        kwargs: dict[str, Any] = {"status_code": status, "body": text}
-        if status in (401, 403):
-            return ModelAuthError(
-                what,
-                hint="set FABRIC_API_KEY (or OPENAI_API_KEY) to a valid key for this server",
-                **kwargs,
-            )
-        if status == 404:
-            return ModelNotFoundError(
-                what,
-                hint=f"check the model name (for Ollama: `ollama pull {self._model}`), pick "
-                "another with --model, and check that llm.base_url ends in /v1",
-                **kwargs,
-            )
-        if any(s in lowered for s in _TOOLS_UNSUPPORTED):
-            return ModelCapabilityError(
-                f"model {self._model!r} cannot call tools: {text[:300]}",
-                hint="pick a tool-capable model (e.g. qwen2.5-coder, llama3.1, mistral-nemo) "
-                "with --model or FABRIC_MODEL",
-                **kwargs,
-            )
-        if status == 400 and any(s in lowered for s in _CONTEXT_EXCEEDED):
-            return ModelCapabilityError(
-                f"the conversation no longer fits model {self._model!r}'s context: {text[:300]}",
-                hint="use a model with a longer context, or lower limits.tool_output_chars",
-                **kwargs,
-            )
-        if status == 429:
-            hint = "the server is rate limiting or out of quota; wait and try again, or check "
-            hint += "your plan with the provider"
-        elif status >= 500:
-            hint = "the server had a problem; try again, and check its logs"
-        else:
-            hint = "check the request settings in fabric.yaml (model name, temperature)"
-        return ModelError(what, hint=hint, **kwargs)
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _replayed(response: ChatResponse, on_delta: DeltaSink | None) -> ChatResponse:
+    """A server that ignored ``stream`` and sent the whole reply: pass it on as deltas."""
+    if on_delta is not None:
+        if response.content:
+            on_delta(ChatDelta(text=response.content))
+        for index, call in enumerate(response.tool_calls):
+            on_delta(ChatDelta(tool_index=index, tool_name=call.name, arguments=call.raw_arguments))
+    return response
 
 
 @functools.cache
@@ -202,7 +237,7 @@ def _no_message(data: Any) -> ModelResponseError:
     return ModelResponseError(
         f"the model server's reply has no choices[0].message: {str(data)[:300]}",
         hint="check that llm.base_url points at an OpenAI-compatible chat API",
-        body=str(data)[:_BODY_LIMIT],
+        body=str(data)[:BODY_LIMIT],
     )
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelError, ModelResponseError
-from fabric.domain.models import ChatResponse, Message, ToolCall, Usage
+from fabric.domain.models import ChatDelta, ChatResponse, Message, ToolCall, Usage
 
 from .arguments import parse_arguments
 
@@ -103,7 +104,11 @@ class ScriptedChatClient:
         return self._model
 
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
     ) -> ChatResponse:
         self.requests.append((list(messages), list(tools)))
         problem = check_history(messages)
@@ -122,7 +127,7 @@ class ScriptedChatClient:
         item = self._script[len(self.requests) - 1]
         if isinstance(item, BaseException):
             raise item
-        return item
+        return _streamed(item, on_delta)
 
     async def aclose(self) -> None:
         self.closed = True
@@ -140,9 +145,24 @@ class FunctionChatClient:
         return self._model
 
     async def chat(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
     ) -> ChatResponse:
-        return await self._responder(messages, tools)
+        return _streamed(await self._responder(messages, tools), on_delta)
 
     async def aclose(self) -> None:
         return None
+
+
+def _streamed(response: ChatResponse, on_delta: DeltaSink | None) -> ChatResponse:
+    """Pass a whole response to ``on_delta`` as a streaming client would: text, then each
+    tool call's name and arguments."""
+    if on_delta is not None:
+        if response.content:
+            on_delta(ChatDelta(text=response.content))
+        for index, call in enumerate(response.tool_calls):
+            on_delta(ChatDelta(tool_index=index, tool_name=call.name, arguments=call.raw_arguments))
+    return response

@@ -60,11 +60,15 @@ def load_pack(loaded: LoadedConfig, name: str) -> LoadedPack:
         )
     except ValidationError as exc:
         raise loaded.error(exc, settings_model, ("packs", name)) from None
-    if settings.model not in loaded.config.llm.models:
+    llm = loaded.config.llm
+    keys = dict.fromkeys(
+        ["default", *llm.models, *(k for b in llm.backends.values() for k in b.models)]
+    )
+    if settings.model not in keys:
         raise PackError(
             f"{loaded.where('packs', name, 'model')}: packs.{name}.model: "
-            f"{settings.model!r} is not a key of llm.models",
-            hint=f"use one of: {', '.join(loaded.config.llm.models)}, or add it to llm.models",
+            f"{settings.model!r} is not a model key in llm.models or a backend's models",
+            hint=f"use one of: {', '.join(keys)}, or add it to llm.models",
         )
     try:
         pack = builder(settings)

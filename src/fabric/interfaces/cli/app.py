@@ -16,6 +16,7 @@ import typer
 if TYPE_CHECKING:
     from fabric.config.loader import LoadedConfig
     from fabric.domain.errors import FabricError
+    from fabric.domain.models import RunResult
 
 app = typer.Typer(
     name="fabric",
@@ -37,6 +38,15 @@ ConfigOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+BackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        "-b",
+        help="ollama, openai (any OpenAI-compatible server), anthropic, embedded, or auto "
+        "(default: llm.backend in fabric.yaml, or FABRIC_BACKEND).",
+    ),
+]
 
 
 def _fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
@@ -74,13 +84,14 @@ def run(
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Model calls at most.", min=1)
     ] = None,
+    backend: BackendOpt = None,
     as_json: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
 ) -> None:
     """Run a task with a pack, show each step, print the result and the runlog path."""
     import asyncio
 
-    from fabric.domain.errors import ConfigError
+    from fabric.domain.errors import ConfigError, ModelError
     from fabric.infrastructure.runlog import new_run_id
     from fabric.interfaces.compose import build_runner
 
@@ -97,23 +108,32 @@ def run(
             as_json=as_json,
             code=2,
         )
-    runner = build_runner(loaded)
+    progress = None if quiet else Progress(sys.stderr, live=sys.stderr.isatty())
+    runner = build_runner(loaded, on_status=None if quiet else _status)
     run_id = new_run_id()
-    observers = () if quiet else (Progress(sys.stderr),)
-    try:
-        result = asyncio.run(
-            runner.run(
+
+    async def go() -> RunResult:
+        try:
+            return await runner.run(
                 name,
                 task,
                 model=model,
+                backend=backend,
                 workspace=workspace,
                 max_steps=max_steps,
                 run_id=run_id,
-                observers=observers,
+                observers=(progress,) if progress else (),
+                on_delta=progress.delta if progress else None,
             )
-        )
+        finally:
+            await runner.aclose()
+
+    try:
+        result = asyncio.run(go())
     except ConfigError as exc:
         _fail(exc, as_json=as_json, code=2)
+    except ModelError as exc:  # no backend or model could be found: nothing ran
+        _fail(exc, as_json=as_json, code=1)
     except KeyboardInterrupt:
         typer.echo(f"\ncancelled; runlog: {runner.runs_dir / run_id / 'runlog.jsonl'}", err=True)
         raise typer.Exit(1) from None
@@ -121,6 +141,10 @@ def run(
     if quiet and not result.succeeded:  # the progress lines would have said why
         typer.echo(describe_failure(result), err=True)
     raise typer.Exit(0 if result.succeeded else 1)
+
+
+def _status(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 @app.command()
@@ -155,6 +179,38 @@ def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
         if row["description"]:
             typer.echo(f"    {row['description']}")
         typer.echo(f"    tools: {', '.join(row['tools'])}")
+
+
+@app.command()
+def models(
+    config: ConfigOpt = None,
+    backend: BackendOpt = None,
+    pack: Annotated[
+        str | None, typer.Option("--pack", "-p", help="Whose model key to pick for.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List what each backend offers (tools, context, size) and the model fabric would pick."""
+    import asyncio
+
+    from fabric.domain.errors import ConfigError
+
+    from .models_view import gather, print_models
+
+    loaded = _load(config, as_json)
+    name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
+    if name is None:
+        _fail(ConfigError("the config declares no packs", hint="add one under 'packs:'"),
+              as_json=as_json, code=2)  # fmt: skip
+    try:
+        report = asyncio.run(gather(loaded, name, backend, on_status=_status))
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        print_models(report, sys.stdout)
+    raise typer.Exit(0 if report["pick"].get("model") else 1)
 
 
 @app.command()

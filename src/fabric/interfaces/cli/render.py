@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fabric.domain.errors import ConfigError
-from fabric.domain.models import RunResult
+from fabric.domain.models import ChatDelta, RunResult
 
 _ARG_CHARS = 70
 
@@ -44,14 +44,31 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
     kind = event["kind"]
     if kind == "run_started":
         return (
-            f"run {event['run_id']} · pack {event.get('pack')} · model {event.get('model')}\n"
+            f"run {event['run_id']} · pack {event.get('pack')} · "
+            f"model {event.get('model') or '(none)'}\n"
             f"task: {_first_line(str(event.get('task', '')), 200)}"
         )
     if kind == "llm_response":
         content = (event.get("message") or {}).get("content")
+        lines = []
         if content and content.strip():
-            return f"  step {event['step']:>2}  model: {_first_line(content)}"
-        return None
+            lines.append(f"  step {event['step']:>2}  model: {_first_line(content)}")
+        if event.get("tool_calls_from_text"):
+            lines.append(f"  step {event['step']:>2}  (tool calls read from the model's text)")
+        lines += [f"  step {event['step']:>2}  warning: {w}" for w in event.get("warnings", ())]
+        return "\n".join(lines) or None
+    if kind == "llm_retry":
+        error = event.get("error") or {}
+        return (
+            f"  retry {event.get('attempt')}/{event.get('of')} in {event.get('wait_s', 0):.1f} s:"
+            f" {_first_line(str(error.get('message', '')), 90)}"
+        )
+    if kind == "llm_fallback":
+        to = event.get("to") or {}
+        return (
+            f"  switching to {to.get('model')} on {to.get('backend')}: "
+            f"{_first_line(str(event.get('message', '')), 90)}"
+        )
     if kind == "tool_call":
         if event["name"] == "finish_task":
             return f"  step {event['step']:>2}  finish_task"
@@ -73,7 +90,7 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
     if kind == "run_finished":
         line = (
             f"{event['status']} after {event['steps']} step(s) · {_tokens(event.get('usage'))} · "
-            f"{event.get('duration_s', 0):.1f} s"
+            f"{event.get('duration_s', 0):.1f} s{_cost(event.get('cost'))}"
         )
         error = event.get("error")
         if error:
@@ -84,18 +101,58 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
     return None
 
 
-class Progress:
-    """A runlog observer that prints each step as it happens."""
+def _cost(cost: Mapping[str, Any] | None) -> str:
+    if not cost or not (cost.get("usd") or cost.get("unknown_models")):
+        return ""
+    unknown = " (no price for some models)" if cost.get("unknown_models") else ""
+    return f" · ${cost.get('usd', 0):.4f}{unknown}"
 
-    def __init__(self, out: TextIO) -> None:
+
+class Progress:
+    """A runlog observer that prints each step as it happens. With ``live`` (a terminal), the
+    model's reply is also shown while it streams in; otherwise only whole lines are written."""
+
+    def __init__(self, out: TextIO, *, live: bool = False) -> None:
         self._out = out
+        self._live = live
         self._pending: dict[str, Mapping[str, Any]] = {}
+        self._step = 0
+        self._open = False  # a streamed line is on screen, not yet ended
+        self._chars = 0
+        self._tool = "tool call"
 
     def __call__(self, event: Mapping[str, Any]) -> None:
+        if event["kind"] == "llm_request":
+            self._step = int(event.get("step", 0))
+        if self._open:
+            self._out.write("\r\x1b[K")  # replace the live line with the final one
+            self._open = False
         line = _describe_event(event, self._pending)
         if line is not None:
             self._out.write(line + "\n")
-            self._out.flush()
+        self._out.flush()
+
+    def delta(self, delta: ChatDelta) -> None:
+        """A piece of the reply as it streams in (shown only on a terminal)."""
+        if not self._live:
+            return
+        if delta.text:
+            if not self._open:
+                self._out.write(f"  step {self._step:>2}  model: ")
+                self._open, self._chars = True, 0
+            text = delta.text.replace("\n", " ")[: max(0, 100 - self._chars)]
+            self._chars += len(text)
+            self._out.write(text)
+        elif delta.tool_name or delta.arguments:
+            if delta.tool_name:
+                self._tool, self._chars = delta.tool_name, 0
+            self._chars += len(delta.arguments)
+            self._out.write(
+                f"\r\x1b[K  step {self._step:>2}  {self._tool} ... "
+                f"{self._chars} characters of arguments"
+            )
+            self._open = True
+        self._out.flush()
 
 
 def print_result(result: RunResult, *, as_json: bool) -> None:

@@ -1,0 +1,38 @@
+"""What a run's model calls cost, from a configured price table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fabric.domain.models import ChatResponse
+
+Prices = Mapping[str, tuple[float | None, float | None]]
+"""Model name -> (input, output) price in US dollars per million tokens; None: not known."""
+
+
+class RunCost:
+    """The run's cost so far: each reply's tokens at its model's prices. The model is the one
+    the server named in the reply, else the client's; a price not known counts as 0 and the
+    model is listed in ``unknown``."""
+
+    def __init__(self, prices: Prices) -> None:
+        self.prices = prices
+        self.total = 0.0
+        self.unknown: set[str] = set()
+
+    @property
+    def usd(self) -> float:
+        return round(self.total, 6)
+
+    def add(self, response: ChatResponse, client_model: str) -> None:
+        name = response.model or client_model
+        given, output = self.prices.get(name) or self.prices.get(client_model) or (None, None)
+        for price, tokens in (
+            (given, response.usage.prompt_tokens),
+            (output, response.usage.completion_tokens),
+        ):
+            if price is None:
+                if tokens:
+                    self.unknown.add(name)
+            else:
+                self.total += price * tokens / 1_000_000

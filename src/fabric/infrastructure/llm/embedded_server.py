@@ -1,0 +1,58 @@
+"""The embedded model server's own process: ``python -m fabric.infrastructure.llm.embedded_server``.
+
+Loads a GGUF with llama.cpp (the ``xllamacpp`` package) and serves llama.cpp's
+OpenAI-compatible HTTP API on 127.0.0.1 at a free port, requiring the API key given in
+``FABRIC_EMBEDDED_KEY``. Prints one JSON line ``{"url": ...}`` on stdout when it answers, or
+``{"error": ...}`` when it cannot start; it stops when its standard input closes, so it never
+outlives fabric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+KEY_ENV = "FABRIC_EMBEDDED_KEY"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--ctx", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        import xllamacpp
+    except ImportError:
+        _say({"error": "the xllamacpp package is not installed"})
+        return 1
+    params = xllamacpp.CommonParams()
+    params.model.path = args.model
+    params.n_ctx = args.ctx
+    params.port = 0
+    params.use_jinja = True
+    params.n_parallel = 1
+    params.api_keys = [os.environ.pop(KEY_ENV, "")]
+    if args.threads:
+        params.cpuparams.n_threads = args.threads
+        params.cpuparams_batch.n_threads = args.threads
+    try:
+        server = xllamacpp.Server(params)
+    except Exception as exc:  # llama.cpp refuses the file, or runs out of memory
+        _say({"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    _say({"url": str(server.listening_address)})
+    sys.stdin.read()  # until fabric closes the pipe or exits
+    del server
+    return 0
+
+
+def _say(message: dict[str, str]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
