@@ -12,8 +12,8 @@ Prices = Mapping[str, tuple[float | None, float | None]]
 
 class RunCost:
     """The run's cost so far: each reply's tokens at its model's prices. The model is the one
-    the server named in the reply, else the client's; a price not known counts as 0 and the
-    model is listed in ``unknown``."""
+    the client asked for, unless only the name the server answered with has a price; a price
+    not known counts as 0 and the model is listed in ``unknown``."""
 
     def __init__(self, prices: Prices) -> None:
         self.prices = prices
@@ -25,8 +25,15 @@ class RunCost:
         return round(self.total, 6)
 
     def add(self, response: ChatResponse, client_model: str) -> None:
-        name = response.model or client_model
-        given, output = self.prices.get(name) or self.prices.get(client_model) or (None, None)
+        # The name fabric asked for comes first: servers often answer with another spelling
+        # (a dated version, or llama.cpp's file path).
+        served = response.model
+        name = (
+            served
+            if served and served in self.prices and client_model not in self.prices
+            else client_model
+        )
+        given, output = self.prices.get(name) or (None, None)
         for price, tokens in (
             (given, response.usage.prompt_tokens),
             (output, response.usage.completion_tokens),

@@ -11,6 +11,7 @@ from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatDelta, RunResult
 
 _ARG_CHARS = 70
+_FROM_TEXT = "\0from_text"
 
 
 def short_args(arguments: Any) -> str:
@@ -49,12 +50,13 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
             f"task: {_first_line(str(event.get('task', '')), 200)}"
         )
     if kind == "llm_response":
+        if event.get("tool_calls_from_text"):
+            pending[_FROM_TEXT] = event  # its calls were read from text: say so on each
         content = (event.get("message") or {}).get("content")
         lines = []
         if content and content.strip():
             lines.append(f"  step {event['step']:>2}  model: {_first_line(content)}")
-        if event.get("tool_calls_from_text"):
-            lines.append(f"  step {event['step']:>2}  (tool calls read from the model's text)")
+
         lines += [f"  step {event['step']:>2}  warning: {w}" for w in event.get("warnings", ())]
         return "\n".join(lines) or None
     if kind == "llm_retry":
@@ -77,6 +79,8 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
     if kind == "tool_result":
         call = pending.pop(event["call_id"], {})
         head = f"  step {event['step']:>2}  {event['name']} {short_args(call.get('arguments', ''))}"
+        if pending.get(_FROM_TEXT, {}).get("step") == event["step"]:
+            head += " (read from text)"
         if event.get("ok"):
             outcome = f"ok · {event.get('duration_ms', 0):.0f} ms"
             status = _first_line(str(event.get("output", "")))
@@ -102,10 +106,11 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
 
 
 def _cost(cost: Mapping[str, Any] | None) -> str:
-    if not cost or not (cost.get("usd") or cost.get("unknown_models")):
+    """The run's cost when it had one (local models have no price; the runlog lists them)."""
+    if not cost or not cost.get("usd"):
         return ""
-    unknown = " (no price for some models)" if cost.get("unknown_models") else ""
-    return f" · ${cost.get('usd', 0):.4f}{unknown}"
+    unknown = " (some models have no price)" if cost.get("unknown_models") else ""
+    return f" · ${cost['usd']:.4f}{unknown}"
 
 
 class Progress:
