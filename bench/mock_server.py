@@ -14,7 +14,8 @@ with one call to the cheap tool (ids ``call_1``, ``call_2``, ... unique per step
 ``finish_task`` call. So any number of tasks, of any length, can run against one server at once.
 
 ``GET /stats`` returns ``{"requests": n, "body_bytes": b}`` (request bodies received since the
-last reset); ``GET /stats?reset=1`` returns them and resets. Other GETs answer a model list.
+last reset); ``GET /stats?reset=1`` returns them and resets. Other GETs answer a model list
+naming ``steps-1`` ... ``steps-1000`` (fabric resolves the model against it before a run).
 
 It is a minimal HTTP/1.1 keep-alive server on asyncio streams: one read of the head, one of the
 body (Content-Length), one write of a prebuilt reply. Parsing a request and building the answer
@@ -33,6 +34,10 @@ import sys
 _TOOL_RESULT = re.compile(rb'"role"\s*:\s*"tool"')
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"]*)"')
 _STEPS = re.compile(r"steps-(\d+)")
+
+MODEL_LIST = json.dumps(
+    {"object": "list", "data": [{"id": f"steps-{n}", "object": "model"} for n in range(1, 1001)]}
+).encode()
 
 
 class Stats:
@@ -132,8 +137,7 @@ async def _serve_connection(
                     stats.requests = stats.body_bytes = 0
                 writer.write(_response("200 OK", json.dumps(data).encode()))
             else:
-                models = {"object": "list", "data": [{"id": "steps-1", "object": "model"}]}
-                writer.write(_response("200 OK", json.dumps(models).encode()))
+                writer.write(_response("200 OK", MODEL_LIST))
             if writer.transport.get_write_buffer_size() > 65536:
                 await writer.drain()
             if close:

@@ -61,9 +61,13 @@ NON_ASCII_LINE = "# Grüße — naïve café, “quoted”, 日本語のコメ�
 CONFIG = """\
 version: 1
 llm:
-  kind: openai
-  base_url: {url}
-  api_key_env: [FABRIC_BENCH_UNSET_KEY]
+  backend: openai
+  backends:
+    openai:
+      kind: openai
+      base_url: "{url}"
+      api_key_env: [FABRIC_BENCH_UNSET_KEY]
+      stream: false  # the raw loop does not stream either
   models: {{default: steps-1}}
 runs_dir: {runs}
 default_pack: {pack}

@@ -8,7 +8,7 @@ their edge.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,22 @@ class ToolCall:
     arguments: dict[str, Any] | None
     raw_arguments: str = ""
     arguments_error: str | None = None
+
+
+def assistant_message(content: str | None, calls: Sequence[ToolCall] = ()) -> Message:
+    """The assistant turn in wire form, as it goes back into the history: the text, and the
+    tool calls with their arguments as the JSON text the model sent."""
+    message: Message = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.raw_arguments},
+            }
+            for c in calls
+        ]
+    return message
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ tests all build runs here, so they behave the same."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from fabric.infrastructure.packs.registry import LoadedPack, load_pack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
 from fabric.infrastructure.runlog.writer import Observer
 
+RESOLVE_TTL = 30.0
 ChatFactory = Callable[[str], ChatClient]
 """Builds a chat client for a model name (tests inject one to skip backends entirely)."""
 
@@ -47,6 +49,9 @@ class Runner:
     backends: Backends
     chat_factory: ChatFactory | None = None
     _packs: dict[str, LoadedPack] = field(default_factory=dict)
+    _resolved: dict[tuple[str, str | None, str | None], tuple[float, Resolution]] = field(
+        default_factory=dict
+    )
 
     def pack(self, name: str) -> LoadedPack:
         if name not in self._packs:
@@ -62,9 +67,27 @@ class Runner:
         return models.get(loaded_pack.settings.model, "auto")
 
     async def resolve(
-        self, pack_name: str, *, backend: str | None = None, model: str | None = None
+        self,
+        pack_name: str,
+        *,
+        backend: str | None = None,
+        model: str | None = None,
+        fresh: bool = False,
     ) -> Resolution:
-        """Which backend and model a run of this pack would use, and why."""
+        """Which backend and model a run of this pack would use, and why. Answers are kept for
+        ``RESOLVE_TTL`` seconds, so a busy runner does not ask the server for its models before
+        every run; ``fresh`` asks again."""
+        key = (self.pack(pack_name).settings.model, backend, model)
+        kept = self._resolved.get(key)
+        if kept and not fresh and time.monotonic() - kept[0] < RESOLVE_TTL:
+            return kept[1]
+        resolution = await self._resolve(pack_name, backend=backend, model=model)
+        self._resolved[key] = (time.monotonic(), resolution)
+        return resolution
+
+    async def _resolve(
+        self, pack_name: str, *, backend: str | None, model: str | None
+    ) -> Resolution:
         llm = self.loaded.config.llm
         return await resolve_llm(
             llm,

@@ -18,8 +18,8 @@ from fabric.domain.models import ChatResponse, Message, ModelInfo
 
 from .anthropic_stream import Reply, count, parse_message, read_stream
 from .anthropic_wire import to_anthropic_messages, to_anthropic_tools, to_chat_response
+from .http import encode_json, model_client
 from .http_errors import BODY_LIMIT, status_error, transport_error
-from .openai_compat import _encode, _tls_context
 from .text_tool_calls import apply_text_tool_calls
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -51,7 +51,7 @@ class AnthropicChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._http = _client(api_key, timeout, transport)
+        self._http = _client(base_url, api_key, timeout, transport)
 
     @property
     def model(self) -> str:
@@ -77,7 +77,7 @@ class AnthropicChatClient:
         if self._stream:
             body["stream"] = True
         try:
-            reply = await self._send(_encode(body), on_delta)
+            reply = await self._send(encode_json(body), on_delta)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._url) from exc
         response = to_chat_response(reply)
@@ -135,7 +135,7 @@ class AnthropicCatalog:
         _require_key(self._api_key)
         models: list[ModelInfo] = []
         params: dict[str, str | int] = {"limit": 1000}
-        async with _client(self._api_key, self._timeout, self._transport) as http:
+        async with _client(self._url, self._api_key, self._timeout, self._transport) as http:
             for _ in range(_MAX_PAGES):
                 try:
                     response = await http.get(self._url, params=params)
@@ -175,15 +175,13 @@ def _root(base_url: str) -> str:
 
 
 def _client(
-    api_key: str | None, timeout: httpx.Timeout | float, transport: httpx.AsyncBaseTransport | None
+    base_url: str,
+    api_key: str | None,
+    timeout: httpx.Timeout | float,
+    transport: httpx.AsyncBaseTransport | None,
 ) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        headers={"x-api-key": api_key or "", "anthropic-version": ANTHROPIC_VERSION},
-        timeout=timeout,
-        transport=transport,
-        trust_env=False,
-        verify=_tls_context(),
-    )
+    headers = {"x-api-key": api_key or "", "anthropic-version": ANTHROPIC_VERSION}
+    return model_client(base_url, timeout=timeout, headers=headers, transport=transport)
 
 
 def _require_key(api_key: str | None) -> None:

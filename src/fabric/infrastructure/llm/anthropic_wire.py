@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fabric.domain.models import ChatResponse, Message, Usage
+from fabric.domain.models import ChatResponse, Message, Usage, assistant_message
 
 from .anthropic_stream import Reply
 from .arguments import parse_arguments
@@ -83,16 +83,7 @@ def to_anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 def to_chat_response(reply: Reply) -> ChatResponse:
     """A ``Reply`` as fabric's ``ChatResponse``, its message in OpenAI wire form."""
     content = reply.text or None
-    wire: Message = {"role": "assistant", "content": content}
-    if reply.tool_calls:
-        wire["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.raw_arguments},
-            }
-            for c in reply.tool_calls
-        ]
+    wire = assistant_message(content, reply.tool_calls)
     reason = reply.stop_reason
     return ChatResponse(
         message=wire,

@@ -32,8 +32,8 @@ import httpx
 from fabric.domain.errors import ModelConnectionError, ModelResponseError, ModelServerError
 from fabric.domain.models import ModelInfo
 
+from .http import model_client
 from .http_errors import BODY_LIMIT, transport_error
-from .openai_compat import _tls_context
 
 SHOW_CONCURRENCY = 4
 START_TIMEOUT = 20.0
@@ -82,12 +82,8 @@ class OllamaCatalog:
         return self._name
 
     async def list_models(self) -> list[ModelInfo]:
-        async with httpx.AsyncClient(
-            base_url=self._base,
-            timeout=self._timeout,
-            transport=self._transport,
-            trust_env=False,
-            verify=_tls_context(),
+        async with model_client(
+            self._base, timeout=self._timeout, transport=self._transport
         ) as http:
             entries = await self._tags(http)
             limit = asyncio.Semaphore(SHOW_CONCURRENCY)

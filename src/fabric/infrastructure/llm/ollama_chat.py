@@ -25,11 +25,18 @@ import httpx
 
 from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelError, ModelResponseError, ModelServerError
-from fabric.domain.models import ChatDelta, ChatResponse, Message, ToolCall, Usage
+from fabric.domain.models import (
+    ChatDelta,
+    ChatResponse,
+    Message,
+    ToolCall,
+    Usage,
+    assistant_message,
+)
 
 from .arguments import parse_arguments
+from .http import encode_json, model_client
 from .http_errors import BODY_LIMIT, status_error, transport_error
-from .openai_compat import _encode, _tls_context
 from .text_tool_calls import apply_text_tool_calls
 
 _JSON = {"Content-Type": "application/json"}
@@ -62,9 +69,7 @@ class OllamaChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._http = httpx.AsyncClient(
-            timeout=timeout, transport=transport, trust_env=False, verify=_tls_context()
-        )
+        self._http = model_client(base_url, timeout=timeout, transport=transport)
 
     @property
     def model(self) -> str:
@@ -91,7 +96,7 @@ class OllamaChatClient:
             options["temperature"] = self._temperature
         if options:
             body["options"] = options
-        content = _encode(body)
+        content = encode_json(body)
         reply = _Reply(self._model, on_delta if self._stream else None)
         try:
             if self._stream:
@@ -301,16 +306,7 @@ class _Reply:
 
     def response(self) -> ChatResponse:
         content = "".join(self.text) or None
-        wire: Message = {"role": "assistant", "content": content}
-        if self.calls:
-            wire["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": c.raw_arguments},
-                }
-                for c in self.calls
-            ]
+        wire = assistant_message(content, self.calls)
         reason = self.reason
         if self.calls and reason in (None, "stop"):
             reason = "tool_calls"  # what OpenAI-compatible servers say, for one runlog shape

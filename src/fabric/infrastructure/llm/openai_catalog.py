@@ -23,6 +23,7 @@ import httpx
 from fabric.domain.errors import ModelResponseError
 from fabric.domain.models import ModelInfo
 
+from .http import model_client
 from .http_errors import BODY_LIMIT, status_error, transport_error
 
 
@@ -49,14 +50,8 @@ class OpenAICatalog:
         return self._name
 
     async def list_models(self) -> list[ModelInfo]:
-        from .openai_compat import _tls_context  # openai_compat re-exports this class
-
-        async with httpx.AsyncClient(
-            headers=self._headers,
-            timeout=self._timeout,
-            transport=self._transport,
-            trust_env=False,
-            verify=_tls_context(),
+        async with model_client(
+            self._url, timeout=self._timeout, headers=self._headers, transport=self._transport
         ) as http:
             try:
                 reply = await http.get(self._url)

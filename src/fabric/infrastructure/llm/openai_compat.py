@@ -10,9 +10,7 @@ this module sees httpx.
 
 from __future__ import annotations
 
-import functools
 import json
-import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -21,9 +19,17 @@ import httpx
 
 from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelConnectionError, ModelError, ModelResponseError
-from fabric.domain.models import ChatDelta, ChatResponse, Message, ToolCall, Usage
+from fabric.domain.models import (
+    ChatDelta,
+    ChatResponse,
+    Message,
+    ToolCall,
+    Usage,
+    assistant_message,
+)
 
 from .arguments import parse_arguments
+from .http import encode_json, model_client
 from .http_errors import BODY_LIMIT, status_error, transport_error
 from .openai_catalog import OpenAICatalog
 from .openai_stream import StreamAccumulator, sse_data
@@ -64,13 +70,7 @@ class OpenAIChatClient:
         self._text_tool_calls = text_tool_calls
         self._constrained = constrained_tool_calls
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(
-            headers=headers,
-            timeout=timeout,
-            transport=transport,
-            trust_env=False,
-            verify=_tls_context(),
-        )
+        self._http = model_client(base_url, timeout=timeout, headers=headers, transport=transport)
 
     @property
     def model(self) -> str:
@@ -96,9 +96,9 @@ class OpenAIChatClient:
         if self._stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-            response = await self._chat_streamed(_encode(body), on_delta)
+            response = await self._chat_streamed(encode_json(body), on_delta)
         else:
-            response = await self._chat_once(_encode(body))
+            response = await self._chat_once(encode_json(body))
         if self._text_tool_calls or self._constrained:
             response = apply_text_tool_calls(response, tools, messages)
         return response
@@ -178,23 +178,6 @@ def _replayed(response: ChatResponse, on_delta: DeltaSink | None) -> ChatRespons
     return response
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One verifying TLS context per process: building one loads the CA bundle (~15 ms), which
-    httpx would otherwise do for every client, i.e. for every run."""
-    return httpx.create_ssl_context()
-
-
-def _encode(body: Mapping[str, Any]) -> bytes:
-    """The request body as compact UTF-8 JSON. A lone surrogate (a model can send one as a JSON
-    escape) cannot be UTF-8; then the body goes ASCII-escaped, surrogate and all."""
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(body, separators=(",", ":")).encode("ascii")
-
-
 def parse_completion(data: Any) -> ChatResponse:
     """Turn a chat completion JSON object into a ``ChatResponse`` (shared with other adapters
     that speak the same shape)."""
@@ -210,16 +193,7 @@ def parse_completion(data: Any) -> ChatResponse:
     if not isinstance(raw_calls, list):
         raw_calls = [raw_calls]
     calls = _unique_ids([_tool_call(raw, index) for index, raw in enumerate(raw_calls)])
-    wire: Message = {"role": "assistant", "content": content}
-    if calls:
-        wire["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.raw_arguments},
-            }
-            for c in calls
-        ]
+    wire = assistant_message(content, calls)
     usage = data.get("usage")
     usage = usage if isinstance(usage, Mapping) else {}
     reason, model = choice.get("finish_reason"), data.get("model")

@@ -13,7 +13,14 @@ from typing import Any
 
 from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelError, ModelResponseError
-from fabric.domain.models import ChatDelta, ChatResponse, Message, ToolCall, Usage
+from fabric.domain.models import (
+    ChatDelta,
+    ChatResponse,
+    Message,
+    ToolCall,
+    Usage,
+    assistant_message,
+)
 
 from .arguments import parse_arguments
 
@@ -42,18 +49,7 @@ def tool_calls(
     for index, (name, args) in enumerate(calls):
         arguments, raw, error = parse_arguments(args)
         parsed.append(ToolCall(f"call_{index}", name, arguments, raw, error))
-    message: Message = {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.raw_arguments},
-            }
-            for c in parsed
-        ],
-    }
+    message = assistant_message(None, parsed)
     return ChatResponse(message, None, tuple(parsed), usage or Usage(10, 5), "tool_calls")
 
 

@@ -28,7 +28,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fabric.domain.models import ChatResponse, Message, ToolCall
+from fabric.domain.models import ChatResponse, ToolCall, assistant_message
 
 from .arguments import parse_arguments
 
@@ -84,18 +84,7 @@ def apply_text_tool_calls(
     if not calls:
         return response
     content = remaining or None
-    message: Message = {
-        "role": "assistant",
-        "content": content,
-        "tool_calls": [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.raw_arguments},
-            }
-            for c in calls
-        ],
-    }
+    message = assistant_message(content, calls)
     return replace(
         response,
         message=message,

@@ -8,8 +8,10 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import regex as regex_lib
+if TYPE_CHECKING:
+    import regex
 
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
@@ -168,6 +170,8 @@ def search_files(
         case_sensitive: Match case exactly.
         max_results: Stop after this many matching lines.
     """
+    import regex as regex_lib  # only searches need it; importing it costs ~8 ms
+
     flags = regex_lib.V0 if case_sensitive else regex_lib.V0 | regex_lib.IGNORECASE
     try:
         matcher = regex_lib.compile(pattern if regex else regex_lib.escape(pattern), flags)
@@ -214,7 +218,7 @@ def search_files(
     return "\n".join(results)
 
 
-def _matches(matcher: regex_lib.Pattern[str], line: str, deadline: float) -> bool:
+def _matches(matcher: regex.Pattern[str], line: str, deadline: float) -> bool:
     """Whether ``matcher`` finds something in ``line``. A search past the deadline (a pattern
     that backtracks without end) is reported to the model instead of hanging the run."""
     left = deadline - time.monotonic()

@@ -47,7 +47,7 @@ async def gather(
             }
             report["backends"].append(entry)
             try:
-                resolution = await runner.resolve(pack, backend=name)
+                resolution = await runner.resolve(pack, backend=name, fresh=True)
             except FabricError as exc:
                 entry["error"] = {"code": exc.code, "message": exc.message, "hint": exc.hint}
                 try:
@@ -59,7 +59,7 @@ async def gather(
             entry["models"] = [_row(m, v) for m, v in resolution.considered]
             entry["pick"] = {"model": resolution.model, "reason": resolution.reason}
         try:
-            chosen = await runner.resolve(pack, backend=backend)
+            chosen = await runner.resolve(pack, backend=backend, fresh=True)
         except FabricError as exc:
             report["pick"] = {"error": {"code": exc.code, "message": exc.message,
                                         "hint": exc.hint}}  # fmt: skip

@@ -1,0 +1,68 @@
+"""The HTTP client every model adapter uses, and the JSON body encoding they share.
+
+- TLS is verified against the CA bundle, loaded once per process (~15-30 ms) and only when an
+  https endpoint is used: most local servers are plain http on loopback.
+- Proxy settings from the environment (HTTPS_PROXY, NO_PROXY, ...) apply to remote servers,
+  never to loopback ones, where a corporate proxy would only get in the way.
+- Redirects are not followed: a model endpoint that redirects is misconfigured.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+_LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
+def is_loopback(url: str) -> bool:
+    host = httpx.URL(url).host
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def model_client(
+    base_url: str,
+    *,
+    timeout: httpx.Timeout | float,
+    headers: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for the model server at ``base_url``."""
+    https = base_url.lower().startswith("https:")
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers=dict(headers or {}),
+        timeout=timeout,
+        transport=transport,
+        trust_env=not is_loopback(base_url),
+        # Plain http has no TLS to verify; building a verifying context anyway loads the whole
+        # CA bundle (~30 ms) for nothing. https always gets the verifying context.
+        verify=_tls_context() if https else False,
+        follow_redirects=False,
+    )
+
+
+def encode_json(body: Mapping[str, Any]) -> bytes:
+    """A request body as compact UTF-8 JSON. A lone surrogate (a model can send one as a JSON
+    escape) cannot be UTF-8; then the body goes ASCII-escaped, surrogate and all."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":")).encode("ascii")
