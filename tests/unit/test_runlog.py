@@ -191,7 +191,7 @@ def test_new_run_ids_sort_by_time_and_are_plain_folder_names(tmp_path: Path) -> 
     ids = [new_run_id() for _ in range(50)]
     assert len(set(ids)) == 50
     for run_id in ids:
-        assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", run_id)
+        assert re.fullmatch(r"\d{8}T\d{6}\.\d{3}Z-[0-9a-f]{6}", run_id)
     JsonlRunLog(tmp_path, ids[0]).close()
 
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fabric.domain.models import ChatDelta, ChatResponse, Message, ModelInfo, ToolSpec
+from fabric.domain.tasks import TaskRecord
 
 from .context import ToolContext
 
@@ -81,3 +82,57 @@ EventObserver = Callable[[str, Mapping[str, Any]], None]
 ToolProbe = Callable[[str, str], Awaitable[bool]]
 """Asks backend ``backend`` whether model ``model`` really calls tools (one tiny request,
 cached by the adapter that implements it)."""
+
+
+class TaskStore(Protocol):
+    """Where the HTTP service keeps its task records (SQLite by default)."""
+
+    async def add(self, record: TaskRecord) -> None: ...
+
+    async def get(self, task_id: str) -> TaskRecord | None: ...
+
+    async def update(self, task_id: str, **fields: Any) -> TaskRecord:
+        """Change fields of one task and return the new record; KeyError if it is unknown."""
+        ...
+
+    async def query(
+        self,
+        *,
+        status: str | None = None,
+        pack: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
+        statuses: Sequence[str] | None = None,
+        oldest_first: bool = False,
+    ) -> list[TaskRecord]:
+        """Tasks newest first (or oldest first), filtered; ``before`` is a task id to page
+        after (ids sort by creation time)."""
+        ...
+
+    async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:
+        """After a restart: mark running tasks interrupted and return them, and return the
+        queued tasks oldest first (to run again)."""
+        ...
+
+
+class TaskExecutor(Protocol):
+    """Runs submitted tasks in the background (in this process, or a distributed engine)."""
+
+    @property
+    def accepting(self) -> bool:
+        """False once shutdown began."""
+        ...
+
+    def submit(self, record: TaskRecord) -> None: ...
+
+    def holds(self, task_id: str) -> bool:
+        """Whether the task is queued or running here."""
+        ...
+
+    def cancel(self, task_id: str) -> str | None:
+        """``"dequeued"``, ``"signalled"`` (stops at the next safe point) or None (unknown)."""
+        ...
+
+    async def shutdown(self, grace: float) -> list[str]:
+        """Stop taking work; return the ids of tasks cut off after ``grace`` seconds."""
+        ...

@@ -163,6 +163,11 @@ def _with_env_overrides(config: FabricConfig) -> FabricConfig:
                 f"{BASE_URL_ENV}={base_url!r} is not a valid URL: {problem}",
                 hint=f"set {BASE_URL_ENV} to e.g. http://127.0.0.1:8080/v1, or unset it",
             ) from None
+        if url.username or url.password:
+            raise ConfigError(
+                f"{BASE_URL_ENV} must not hold credentials (user:password@)",
+                hint="put the key in FABRIC_API_KEY (or the backend's api_key_env) instead",
+            )
         name = "openai" if llm.backend == "auto" else llm.backend
         target = llm.backends.get(name)
         if target is None or isinstance(target, EmbeddedBackend):

@@ -102,6 +102,17 @@ class _Backend(_Strict):
         description="Model keys mapped to this backend's model names; overrides llm.models.",
     )
 
+    @field_validator("base_url", mode="after", check_fields=False)
+    @classmethod
+    def _no_credentials(cls, url: HttpUrl | None) -> HttpUrl | None:
+        if url is not None and (url.username or url.password):
+            raise ValueError(
+                "a base_url must not hold credentials (user:password@); they would end up in "
+                "logs and error messages. Put the key in an environment variable named in "
+                "api_key_env"
+            )
+        return url
+
 
 class OpenAIBackend(_Backend):
     """Any OpenAI-compatible server: vLLM, llama.cpp server, LM Studio, OpenAI, OpenRouter."""
@@ -337,6 +348,46 @@ class RawPackSection(PackSettings):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
+class ServeSettings(_Strict):
+    """The HTTP task service (`fabric serve`)."""
+
+    host: str = Field("127.0.0.1", description="Address to bind; loopback unless you need more.")
+    port: int = Field(8321, ge=0, le=65535, description="Port to bind (0: any free port).")
+    token_env: str = Field(
+        "FABRIC_API_TOKEN",
+        description="Environment variable holding the bearer token. Unset: fabric generates "
+        "one and keeps it owner-only in token_file.",
+    )
+    token_file: str = Field(
+        "~/.config/fabric/api-token", description="Where a generated token is kept."
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1", "localhost", "::1"],
+        description="Host header values accepted (blocks DNS rebinding); the bound address "
+        "is added.",
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list, description="Browser origins allowed to call the API (none)."
+    )
+    max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body accepted.")
+    workspace_roots: list[str] = Field(
+        default_factory=lambda: ["."],
+        description="Folders a task's workspace must lie under (relative to the config "
+        "file's folder). The first is the default workspace.",
+    )
+    max_task_chars: int = Field(100_000, ge=1, description="Longest task text accepted.")
+    concurrency: int = Field(4, ge=1, description="Tasks running at once, in all.")
+    pack_concurrency: dict[str, int] = Field(
+        default_factory=dict, description="Tasks of one pack running at once, by pack name."
+    )
+    shutdown_grace: float = Field(
+        20.0, ge=0, description="Seconds running tasks get to finish on shutdown."
+    )
+    database: str = Field(
+        "tasks.sqlite3", description="The task records (relative to the config's folder)."
+    )
+
+
 class FabricConfig(_Strict):
     """The whole of ``fabric.yaml``."""
 
@@ -347,4 +398,5 @@ class FabricConfig(_Strict):
         description="Where runlogs go; relative paths are taken from the config file's folder.",
     )
     default_pack: str | None = Field(None, description="Pack used when --pack is not given.")
+    serve: ServeSettings = Field(default_factory=ServeSettings, description="fabric serve.")
     packs: dict[str, RawPackSection] = Field(default_factory=dict, description="Packs by name.")

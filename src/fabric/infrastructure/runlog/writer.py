@@ -30,8 +30,10 @@ _NAME_CHARS = 120
 
 
 def new_run_id() -> str:
-    """Sortable by start time, unique enough for concurrent runs: ``20261122T031500Z-9f3a1c``."""
-    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}Z-{secrets.token_hex(3)}"
+    """Sortable by start time to the millisecond, unique enough for concurrent runs:
+    ``20261122T031500.123Z-9f3a1c``."""
+    now = datetime.now(UTC)
+    return f"{now:%Y%m%dT%H%M%S}.{now.microsecond // 1000:03d}Z-{secrets.token_hex(3)}"
 
 
 def schema_path() -> Traversable:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from fabric.domain.errors import FabricError
+
 if TYPE_CHECKING:
     from fabric.config.loader import LoadedConfig
-    from fabric.domain.errors import FabricError
     from fabric.domain.models import RunResult
 
 app = typer.Typer(
@@ -211,6 +212,26 @@ def models(
     else:
         print_models(report, sys.stdout)
     raise typer.Exit(0 if report["pick"].get("model") else 1)
+
+
+@app.command()
+def serve(
+    config: ConfigOpt = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Address to bind (default: serve.host).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", help="Port (default: serve.port).", min=0, max=65535)
+    ] = None,
+) -> None:
+    """Run the HTTP task service (POST /tasks, live events, results)."""
+    from .serve import run_service
+
+    loaded = _load(config, False)
+    try:
+        run_service(loaded, host=host, port=port)
+    except FabricError as exc:
+        _fail(exc, as_json=False, code=2)
 
 
 @app.command()

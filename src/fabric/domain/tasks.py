@@ -1,0 +1,45 @@
+"""Tasks submitted to the HTTP service: one record per task, one run (and runlog) per task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+QUEUED, RUNNING, INTERRUPTED = "queued", "running", "interrupted"
+FINAL = frozenset(
+    {
+        "completed",
+        "completed_from_text",
+        "invalid_output",
+        "max_steps",
+        "cancelled",
+        "failed",
+        INTERRUPTED,
+    }
+)
+"""A task in one of these states is over; the others are ``queued`` and ``running``."""
+STATUSES = FINAL | {QUEUED, RUNNING}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """What the service knows of a task. ``id`` is also the run id of its runlog."""
+
+    id: str
+    pack: str
+    task: str
+    model: str | None
+    backend: str | None
+    workspace: str
+    max_steps: int | None
+    status: str
+    created_at: str
+    started_at: str | None = None
+    finished_at: str | None = None
+    steps: int = 0
+    payload: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL

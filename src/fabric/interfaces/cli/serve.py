@@ -1,0 +1,110 @@
+"""``fabric serve``: the HTTP task service under uvicorn, with JSON logs on stderr."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+import uvicorn
+
+from fabric.config.loader import LoadedConfig
+from fabric.interfaces.http.service import TaskService
+
+
+def configure_logging(secrets: list[str]) -> None:
+    """structlog JSON lines on stderr; the API token and keys never reach them."""
+    from fabric.interfaces.http.security import redact
+
+    def scrub(_: object, __: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
+        return {k: redact(v, secrets) if isinstance(v, str) else v for k, v in event.items()}
+
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            scrub,
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> None:
+    from fabric.interfaces.http.app import create_app
+    from fabric.interfaces.http.security import check_bind, load_or_create_token
+
+    settings = loaded.config.serve
+    bind_host = host or settings.host
+    bind_port = settings.port if port is None else port
+    token, source = load_or_create_token(
+        env=os.environ,
+        env_name=settings.token_env,
+        path=Path(settings.token_file).expanduser(),
+    )
+    check_bind(bind_host, source)
+    keys = [
+        os.environ[name]
+        for backend in loaded.config.llm.backends.values()
+        for name in getattr(backend, "api_key_env", ())
+        if os.environ.get(name)
+    ]
+    configure_logging([token, *keys])
+    if host and host != settings.host:
+        settings = settings.model_copy(
+            update={"allowed_hosts": [*settings.allowed_hosts, host], "host": host}
+        )
+        loaded = _with_serve(loaded, settings)
+    app = create_app(loaded, token=token)
+    sys.stderr.write(
+        f"fabric serve on http://{_url_host(bind_host)}:{bind_port} (token: {source}); "
+        "stop with Ctrl-C or SIGTERM\n"
+    )
+    sys.stderr.flush()
+    config = uvicorn.Config(
+        app,
+        host=bind_host,
+        port=bind_port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace) + 5,
+    )
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    _Server(config, app.state.service, settings.shutdown_grace).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but on shutdown (SIGTERM, Ctrl-C) the running tasks start winding
+    down at once, while uvicorn waits for open connections: a client following a task's
+    events sees the run end and the stream close, instead of uvicorn cutting the connection
+    when its own timeout expires (with the tasks only stopping after that)."""
+
+    def __init__(self, config: uvicorn.Config, service: TaskService, grace: float) -> None:
+        super().__init__(config)
+        self._service, self._grace = service, grace
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        executor = self._service.executor
+        winding_down = asyncio.ensure_future(executor.shutdown(self._grace)) if executor else None
+        await super().shutdown(sockets)  # the app's lifespan awaits the same shutdown
+        if winding_down is not None:
+            await winding_down
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _with_serve(loaded: LoadedConfig, settings: object) -> LoadedConfig:
+    from dataclasses import replace
+
+    config = loaded.config.model_copy(update={"serve": settings})
+    return replace(loaded, config=config)

@@ -1,0 +1,310 @@
+"""The HTTP task service: ``POST /tasks`` and friends (FastAPI; OpenAPI at ``/openapi.json``).
+
+Every endpoint but ``/healthz`` needs the bearer token; the Host header must be an allowed
+one; bodies are size-limited; every error has one JSON shape,
+``{"error": {"code", "message", "details"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fabric.config.loader import LoadedConfig
+from fabric.domain.errors import ConfigError, FabricError, ModelError, PackError
+from fabric.domain.tasks import STATUSES, TaskRecord
+from fabric.infrastructure.tasks import SqliteTaskStore
+from fabric.interfaces.compose import build_runner
+
+from .events import follow_runlog, last_event_id, runlog_snapshot, sse_comment, sse_event
+from .executor import LocalExecutor
+from .security import BearerAuth, BodyLimit, HostCheck
+from .service import NotFound, ServiceUnavailable, TaskService
+
+log = structlog.get_logger("fabric.http")
+
+
+class TaskIn(BaseModel):
+    """A task to run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pack: str = Field(min_length=1, max_length=200, description="A pack name (GET /packs).")
+    task: str = Field(min_length=1, description="What the pack should do.")
+    model: str | None = Field(None, max_length=300, description="A model key or name.")
+    backend: str | None = Field(None, max_length=100, description="A backend name, or auto.")
+    workspace: str | None = Field(
+        None, max_length=4096, description="A folder under the service's workspace roots."
+    )
+    max_steps: int | None = Field(None, ge=1, le=10_000, description="Model calls at most.")
+
+
+def _task_json(record: TaskRecord) -> dict[str, Any]:
+    out = asdict(record)
+    out["urls"] = {
+        "self": f"/tasks/{record.id}",
+        "events": f"/tasks/{record.id}/events",
+        "runlog": f"/tasks/{record.id}/runlog",
+        "cancel": f"/tasks/{record.id}/cancel",
+    }
+    return out
+
+
+def _error(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "details": details}}
+    return JSONResponse(body, status_code=status)
+
+
+def _status_of(exc: FabricError) -> int:
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, ServiceUnavailable):
+        return 503
+    if isinstance(exc, PackError | ConfigError):
+        return 422
+    if isinstance(exc, ModelError):
+        return 502
+    return 500
+
+
+def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
+    """The ASGI app for one config; nothing runs until the app starts (lifespan)."""
+    settings = loaded.config.serve
+    runner = build_runner(loaded)
+    store = SqliteTaskStore((loaded.base_dir / settings.database).resolve())
+    roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
+    service = TaskService(
+        runner, store, workspace_roots=roots, max_task_chars=settings.max_task_chars
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        service.executor = LocalExecutor(
+            service.run, limit=settings.concurrency, per_pack=settings.pack_concurrency
+        )
+        interrupted, requeued = await service.recover()
+        log.info("service.started", interrupted=interrupted, requeued=requeued)
+        try:
+            yield
+        finally:
+            cut = await service.executor.shutdown(settings.shutdown_grace)
+            log.info("service.stopped", interrupted=cut)
+            await runner.aclose()
+            store.close()
+
+    app = FastAPI(
+        title="agent-fabric",
+        summary="Run specialist packs over HTTP: submit tasks, follow them live, fetch results.",
+        version=_version(),
+        lifespan=lifespan,
+    )
+    app.state.service = service
+
+    @app.exception_handler(FabricError)
+    async def fabric_error(_: Request, exc: FabricError) -> JSONResponse:
+        return _error(
+            _status_of(exc), exc.code, exc.message, {"hint": exc.hint} if exc.hint else None
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [
+            {"loc": list(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors()
+        ]
+        return _error(422, "invalid_request", "the request does not match the API", details)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def crashed(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("request.crashed")
+        return _error(500, "internal_error", "the service failed; see its log")
+
+    @app.post("/tasks", status_code=202, summary="Submit a task")
+    async def submit(body: TaskIn) -> dict[str, Any]:
+        record = await service.submit(**body.model_dump())
+        return _task_json(record)
+
+    @app.get("/tasks", summary="List tasks, newest first")
+    async def list_tasks(
+        status: str | None = None,
+        pack: str | None = None,
+        limit: int = Query(50, ge=1, le=500),
+        before: str | None = Query(None, description="Page after this task id."),
+    ) -> dict[str, Any]:
+        if status is not None and status not in STATUSES:
+            raise ConfigError(
+                f"unknown status {status!r}", hint=f"use one of: {', '.join(sorted(STATUSES))}"
+            )
+        records = await store.query(status=status, pack=pack, limit=limit, before=before)
+        nxt = records[-1].id if len(records) == limit else None
+        return {"tasks": [_task_json(r) for r in records], "next": nxt}
+
+    @app.get("/tasks/{task_id}", summary="One task: status, steps so far, result")
+    async def get_task(task_id: str) -> dict[str, Any]:
+        return _task_json(await service.get(task_id))
+
+    @app.post("/tasks/{task_id}/cancel", status_code=202, summary="Cancel a task")
+    async def cancel(task_id: str) -> dict[str, Any]:
+        return _task_json(await service.cancel(task_id))
+
+    @app.get(
+        "/tasks/{task_id}/runlog",
+        summary="The task's runlog (JSON lines; while it runs: the lines written so far)",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/x-ndjson": {}}}},
+    )
+    async def runlog(task_id: str) -> StreamingResponse:
+        await service.get(task_id)
+        try:  # a snapshot: the log of a running task grows while it is sent
+            size, chunks = runlog_snapshot(service.runlog_path(task_id))
+        except FileNotFoundError:
+            raise NotFound(
+                f"task {task_id!r} has no runlog yet: it is queued or its run is starting "
+                "(or it was cancelled before it started)",
+                hint="follow GET /tasks/{id}/events, which waits for the runlog to begin",
+            ) from None
+        headers = {
+            "Content-Length": str(size),
+            "Content-Disposition": 'attachment; filename="runlog.jsonl"',
+        }
+        return StreamingResponse(chunks, media_type="application/x-ndjson", headers=headers)
+
+    @app.get(
+        "/tasks/{task_id}/events",
+        summary="The task's runlog as Server-Sent Events (live; resumable with Last-Event-ID)",
+        response_class=StreamingResponse,
+    )
+    async def events(
+        task_id: str, last_event: str | None = Header(None, alias="Last-Event-ID")
+    ) -> StreamingResponse:
+        await service.get(task_id)
+        wake = asyncio.Event()
+        service.wakers.setdefault(task_id, set()).add(wake)
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                async for event in follow_runlog(
+                    service.runlog_path(task_id),
+                    after=last_event_id(last_event),
+                    is_over=lambda: not service.is_live(task_id),
+                    wake=wake,
+                ):
+                    yield sse_comment("ping") if event is None else sse_event(event)
+            finally:
+                waiting = service.wakers.get(task_id, set())
+                waiting.discard(wake)
+                if not waiting:
+                    service.wakers.pop(task_id, None)
+
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+    @app.get("/packs", summary="The packs this service runs")
+    async def packs() -> dict[str, Any]:
+        out = []
+        for name in loaded.config.packs:
+            lp = runner.pack(name)
+            out.append(
+                {
+                    "name": name,
+                    "description": lp.pack.description,
+                    "tools": lp.pack.tool_names(),
+                    "model": lp.settings.model,
+                }
+            )
+        return {"packs": out}
+
+    @app.get("/models", summary="What each backend offers, and the pick for the default pack")
+    async def models(pack: str | None = None) -> dict[str, Any]:
+        from fabric.interfaces.cli.models_view import gather
+
+        name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
+        if name is None:
+            raise ConfigError("the config declares no packs")
+        return await gather(loaded, name, None)
+
+    @app.get("/healthz", summary="Liveness (no token needed)")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", summary="Ready: the default pack's model backend answers")
+    async def readyz() -> JSONResponse:
+        name = loaded.config.default_pack or next(iter(loaded.config.packs), None)
+        if name is None:
+            return _error(503, "not_ready", "the config declares no packs")
+        try:
+            chosen = await runner.resolve(name, fresh=True)
+        except FabricError as exc:
+            return _error(503, "not_ready", exc.message, {"hint": exc.hint})
+        return JSONResponse({"status": "ready", "backend": chosen.backend, "model": chosen.model})
+
+    hosts = {h.lower() for h in settings.allowed_hosts} | {settings.host.lower()}
+    app.add_middleware(BearerAuth, token=token, open_paths=("/healthz",))
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
+        )
+    app.add_middleware(HostCheck, allowed=hosts)  # checked first
+    app.add_middleware(AccessLog)  # outermost: refused requests are logged too
+    return app
+
+
+class AccessLog:
+    """One JSON log line per request: method, path, status, milliseconds (no headers, so no
+    tokens; no query strings)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            log.info(
+                "request",
+                method=scope.get("method"),
+                path=scope.get("path"),
+                status=status,
+                ms=round((time.perf_counter() - started) * 1000, 1),
+            )
+
+
+def _version() -> str:
+    import fabric
+
+    return fabric.__version__

@@ -1,0 +1,235 @@
+"""The task service behind the HTTP API: submit, list, cancel, recover after a restart.
+
+Runs go through the same ``Runner`` as ``fabric run`` (same packs, same resolution, same
+runlogs); records live in a ``TaskStore``; an executor decides when each task runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from fabric.application.ports import TaskExecutor, TaskStore
+from fabric.domain.errors import ConfigError, FabricError
+from fabric.domain.tasks import INTERRUPTED, QUEUED, RUNNING, TaskRecord
+from fabric.infrastructure.runlog import new_run_id
+from fabric.infrastructure.runlog.writer import RUNLOG_NAME
+from fabric.interfaces.compose import Runner
+
+log = structlog.get_logger("fabric.tasks")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class TaskService:
+    """Everything the endpoints do, without HTTP."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        store: TaskStore,
+        *,
+        workspace_roots: list[Path],
+        max_task_chars: int,
+    ) -> None:
+        self.runner = runner
+        self.store = store
+        self.roots = [r.resolve() for r in workspace_roots]
+        self.max_task_chars = max_task_chars
+        self.executor: TaskExecutor | None = None
+        self.progress: dict[str, int] = {}
+        """Steps so far of running tasks (kept in memory; the store has the final count)."""
+        self.wakers: dict[str, set[asyncio.Event]] = {}
+        """Events set whenever a running task's runlog grows (for live event streams)."""
+
+    def runlog_path(self, task_id: str) -> Path:
+        return self.runner.runs_dir / task_id / RUNLOG_NAME
+
+    # --- submitting --------------------------------------------------------------------------
+
+    def check(self, pack: str, task: str, workspace: str | None) -> Path:
+        """Validate a submission before it is stored; return the workspace to use."""
+        if not task.strip():
+            raise ConfigError("the task is empty", hint="say what the pack should do")
+        if len(task) > self.max_task_chars:
+            raise ConfigError(
+                f"the task has {len(task)} characters; at most {self.max_task_chars} are taken",
+                hint="shorten it, or raise serve.max_task_chars",
+            )
+        self.runner.pack(pack)  # unknown pack or broken builder: a ConfigError naming it
+        folder = Path(workspace).expanduser() if workspace else self.roots[0]
+        if not folder.is_absolute():
+            folder = self.roots[0] / folder
+        folder = folder.resolve()
+        if not any(folder == r or r in folder.parents for r in self.roots):
+            roots = ", ".join(str(r) for r in self.roots)
+            raise ConfigError(
+                f"workspace {folder} is not under the service's workspace roots ({roots})",
+                hint="use a folder under one of them, or add a root to serve.workspace_roots",
+            )
+        if not folder.is_dir():
+            raise ConfigError(f"workspace {folder} is not a folder", hint="create it first")
+        return folder
+
+    async def submit(
+        self,
+        *,
+        pack: str,
+        task: str,
+        model: str | None = None,
+        backend: str | None = None,
+        workspace: str | None = None,
+        max_steps: int | None = None,
+    ) -> TaskRecord:
+        folder = self.check(pack, task, workspace)
+        if self.executor is None or not self.executor.accepting:
+            raise ServiceUnavailable(_SHUTTING_DOWN)
+        record = TaskRecord(
+            id=new_run_id(),
+            pack=pack,
+            task=task,
+            model=model,
+            backend=backend,
+            workspace=str(folder),
+            max_steps=max_steps,
+            status=QUEUED,
+            created_at=now(),
+        )
+        try:
+            await self.store.add(record)
+        except RuntimeError:  # the store closed: shutdown got there first
+            raise ServiceUnavailable(_SHUTTING_DOWN) from None
+        try:
+            self.executor.submit(record)
+        except RuntimeError:  # shutdown began while the record was written: take it back
+            await self.store.update(
+                record.id, status="cancelled", finished_at=now(),
+                error={"code": "unavailable", "message": _SHUTTING_DOWN},
+            )  # fmt: skip
+            raise ServiceUnavailable(_SHUTTING_DOWN) from None
+        log.info("task.queued", task_id=record.id, pack=pack)
+        return record
+
+    async def cancel(self, task_id: str) -> TaskRecord:
+        record = await self.get(task_id)
+        if record.final:
+            return record
+        how = self.executor.cancel(task_id) if self.executor else None
+        if how == "dequeued" or how is None:
+            record = await self.store.update(
+                task_id, status="cancelled", finished_at=now(),
+                error={"code": "cancelled", "message": "cancelled before it started"},
+            )  # fmt: skip
+        log.info("task.cancel", task_id=task_id, how=how or "not held")
+        return record
+
+    async def get(self, task_id: str) -> TaskRecord:
+        record = await self.store.get(task_id)
+        if record is None:
+            raise NotFound(f"no task {task_id!r}")
+        if record.status == RUNNING and task_id in self.progress:
+            record = replace(record, steps=self.progress[task_id])
+        return record
+
+    # --- running -----------------------------------------------------------------------------
+
+    async def run(self, record: TaskRecord, cancel: asyncio.Event) -> None:
+        """Run one task (called by the executor) and record how it ended."""
+        task_id = record.id
+        await self.store.update(task_id, status=RUNNING, started_at=now())
+        log.info("task.started", task_id=task_id, pack=record.pack)
+        self.progress[task_id] = 0
+        try:
+            result = await self.runner.run(
+                record.pack,
+                record.task,
+                model=record.model,
+                backend=record.backend,
+                workspace=Path(record.workspace),
+                max_steps=record.max_steps,
+                run_id=task_id,
+                observers=(self._observer(task_id),),
+                cancel=cancel,
+            )
+        except asyncio.CancelledError:
+            await self._finish(task_id, INTERRUPTED, error=_INTERRUPTED)
+            raise
+        except FabricError as exc:
+            await self._finish(task_id, "failed", error=_error(exc))
+        except Exception as exc:  # a bug: the record must still end
+            await self._finish(
+                task_id, "failed", error={"code": "internal_error", "message": repr(exc)}
+            )
+        else:
+            await self._finish(
+                task_id,
+                result.status.value,
+                steps=result.steps,
+                payload=result.payload,
+                error=result.error,
+            )
+
+    async def _finish(self, task_id: str, status: str, **fields: Any) -> None:
+        self.progress.pop(task_id, None)
+        await self.store.update(task_id, status=status, finished_at=now(), **fields)
+        self._wake(task_id)
+        log.info("task.finished", task_id=task_id, status=status)
+
+    def is_live(self, task_id: str) -> bool:
+        """Whether the task is still queued or running here (its runlog may still grow)."""
+        return self.executor is not None and self.executor.holds(task_id)
+
+    def _observer(self, task_id: str) -> Any:
+        def observe(event: Mapping[str, Any]) -> None:
+            if event["kind"] == "llm_request":
+                self.progress[task_id] = int(event.get("step", 0))
+            self._wake(task_id)
+
+        return observe
+
+    def _wake(self, task_id: str) -> None:
+        for event in self.wakers.get(task_id, ()):
+            event.set()
+
+    async def recover(self) -> tuple[list[str], list[str]]:
+        """After a (re)start: running tasks become interrupted, queued ones run again."""
+        interrupted, queued = await self.store.recover()
+        if self.executor is not None:
+            for record in queued:
+                self.executor.submit(record)
+        return [r.id for r in interrupted], [r.id for r in queued]
+
+
+_SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"
+_INTERRUPTED = {
+    "code": "interrupted",
+    "message": "the service stopped while this task ran; its runlog holds what happened",
+    "hint": "submit the task again to run it anew",
+}
+
+
+def _error(exc: FabricError) -> dict[str, str]:
+    out = {"code": exc.code, "message": exc.message}
+    if exc.hint:
+        out["hint"] = exc.hint
+    return out
+
+
+class NotFound(FabricError):
+    """No such task."""
+
+    CODE = "not_found"
+
+
+class ServiceUnavailable(FabricError):
+    """The service cannot take the request now."""
+
+    CODE = "unavailable"

@@ -1,0 +1,164 @@
+"""Nothing is lost or run twice across a restart of `fabric serve`: after a crash (SIGKILL) the
+running task is `interrupted` with its runlog intact and the queued one runs exactly once;
+after SIGTERM the service stops taking work, cuts the running task off after its grace period
+and records it `interrupted`, leaving nothing `running`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import httpx
+from support import assert_valid_runlog, kinds, read_events
+from test_service import GUARD, Service, gated, project, sse, task_of, wait_until
+
+from fabric.testing import MockOpenAIServer
+
+
+def stored(folder: Path) -> dict[str, str]:
+    """Task id -> status, read straight from the service's SQLite file (server stopped)."""
+    with closing(sqlite3.connect(folder / "tasks.sqlite3")) as db:
+        return dict(db.execute("SELECT id, status FROM tasks").fetchall())
+
+
+def log_events(log: str) -> list[dict[str, Any]]:
+    """The JSON lines of the server's log."""
+    return [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+
+
+def runs(folder: Path) -> list[str]:
+    return sorted(p.name for p in (folder / "runs").iterdir())
+
+
+def calls_for(model: MockOpenAIServer, task: str) -> int:
+    return sum(1 for body in model.requests if task_of(body) == task)
+
+
+class Watcher(threading.Thread):
+    """Follows a task's events in the background until the stream ends; keeps what it saw
+    and how the stream ended."""
+
+    def __init__(self, service: Service, task_id: str) -> None:
+        super().__init__(daemon=True)
+        self.url = f"{service.url}/tasks/{task_id}/events"
+        self.headers = {"Authorization": service.client.headers["Authorization"]}
+        self.seen: list[dict[str, Any]] = []
+        self.error: Exception | None = None
+        self.started_streaming = threading.Event()
+        self.start()
+        assert self.started_streaming.wait(GUARD), "the event stream never started"
+
+    def run(self) -> None:
+        try:
+            with (
+                httpx.Client(timeout=GUARD) as client,
+                client.stream("GET", self.url, headers=self.headers) as stream,
+            ):
+                for message in sse(stream):
+                    self.seen.append(message)
+                    if message["event"] == "llm_request":
+                        self.started_streaming.set()
+        except Exception as exc:
+            self.error = exc
+
+
+def test_after_a_crash_running_is_interrupted_and_queued_runs_once(tmp_path: Path) -> None:
+    gate = threading.Event()
+    with MockOpenAIServer(gated(gate, at_step=0), models=["m"]) as model:
+        config = project(tmp_path, model.base_url, concurrency=1)
+        with Service(config) as first_life:
+            running = first_life.submit(task="slow first")
+            wait_until(lambda: len(model.requests) == 1, "the first task's model call")
+            queued = first_life.submit(task="second")
+            assert first_life.task(running)["status"] == "running"
+            assert first_life.task(queued)["status"] == "queued"
+            before = first_life.client.get(f"/tasks/{running}/runlog").content
+            first_life.kill()  # SIGKILL: no shutdown code runs
+        gate.set()  # the held model call may answer now; no one is listening for it
+        assert kinds(read_events(tmp_path / "runs" / running / "runlog.jsonl")) == [
+            "run_started",
+            "llm_request",
+        ]
+
+        with Service(config) as second_life:
+            done = second_life.wait_final(queued)
+            cut = second_life.task(running)
+            after = second_life.client.get(f"/tasks/{running}/runlog").content
+            replay = [m["data"] for m in sse(second_life.client.get(f"/tasks/{running}/events"))]
+            still_running = second_life.client.get("/tasks", params={"status": "running"})
+    assert cut["status"] == "interrupted"
+    assert cut["error"]["code"] == "interrupted"
+    assert after == before  # the runlog is intact: every line written before the crash
+    assert replay == read_events(tmp_path / "runs" / running / "runlog.jsonl")
+    assert done["status"] == "completed"
+    events = assert_valid_runlog(tmp_path / "runs" / queued / "runlog.jsonl")
+    assert kinds(events).count("run_started") == 1
+    assert calls_for(model, "second") == 2  # its two model calls, once
+    assert calls_for(model, "slow first") == 1  # the interrupted task never ran again
+    assert runs(tmp_path) == sorted([running, queued])
+    assert still_running.json()["tasks"] == []
+    assert stored(tmp_path) == {running: "interrupted", queued: "completed"}
+
+
+def test_sigterm_stops_taking_work_and_records_the_running_task_interrupted(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+    with MockOpenAIServer(gated(gate, at_step=0), models=["m"]) as model:
+        config = project(tmp_path, model.base_url, concurrency=1, shutdown_grace=0.5)
+        accepted: list[str] = []
+        with Service(config) as service:
+            running = service.submit(task="slow first")
+            wait_until(lambda: len(model.requests) == 1, "the first task's model call")
+            queued = service.submit(task="second")
+            watcher = Watcher(service, running)  # someone follows the running task live
+            assert service.proc is not None
+            service.proc.send_signal(signal.SIGTERM)
+            while service.proc.poll() is None:  # submit during the shutdown
+                try:
+                    with httpx.Client(timeout=GUARD) as fresh:  # a new connection each time
+                        answer = fresh.post(
+                            f"{service.url}/tasks",
+                            json={"pack": "engineering", "task": "late"},
+                            headers={"Authorization": service.client.headers["Authorization"]},
+                        )
+                except httpx.TransportError:
+                    break  # refused (or closed): fine, nothing was taken
+                assert answer.status_code in {202, 503}, answer.text
+                if answer.status_code == 202:
+                    accepted.append(answer.json()["id"])
+            # uvicorn re-raises the signal once it has shut down: "ended by SIGTERM"
+            assert service.proc.wait(GUARD) in {0, -signal.SIGTERM}, service.log()
+            log = service.log()
+        statuses = stored(tmp_path)
+        assert statuses[running] == "interrupted"
+        assert statuses[queued] == "queued"  # kept for the next start
+        assert "running" not in statuses.values()
+        assert all(statuses[i] == "queued" for i in accepted)  # taken means kept
+        # the live stream ended cleanly with the run's end, not with a dropped connection
+        watcher.join(GUARD)
+        assert watcher.error is None, watcher.error
+        assert watcher.seen[-1]["event"] == "run_finished"
+        [stopped] = [e for e in log_events(log) if e.get("event") == "service.stopped"]
+        assert stopped["interrupted"] == [running]  # the operator's log names the cut task
+        cut = read_events(tmp_path / "runs" / running / "runlog.jsonl")
+        assert kinds(cut)[:2] == ["run_started", "llm_request"]
+        assert_valid_runlog(cut)  # the loop was stopped, and it closed its log
+
+        gate.set()
+        with Service(config) as again:
+            finished = [again.wait_final(i) for i in [queued, *accepted]]
+            record = again.task(running)
+    assert record["status"] == "interrupted"
+    assert {r["status"] for r in finished} == {"completed"}
+    assert calls_for(model, "second") == 2
+    assert calls_for(model, "slow first") == 1
+    assert runs(tmp_path) == sorted([running, queued, *accepted])
+    for task_id in [queued, *accepted]:
+        events = assert_valid_runlog(tmp_path / "runs" / task_id / "runlog.jsonl")
+        assert kinds(events).count("run_started") == 1
