@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 from contextlib import closing
 from pathlib import Path
@@ -15,7 +17,16 @@ from typing import Any
 
 import httpx
 from support import assert_valid_runlog, kinds, read_events
-from test_service import GUARD, Service, gated, project, sse, task_of, wait_until
+from test_service import (
+    GUARD,
+    Service,
+    free_port,
+    gated,
+    project,
+    sse,
+    task_of,
+    wait_until,
+)
 
 from fabric.testing import MockOpenAIServer
 
@@ -162,3 +173,25 @@ def test_sigterm_stops_taking_work_and_records_the_running_task_interrupted(
     for task_id in [queued, *accepted]:
         events = assert_valid_runlog(tmp_path / "runs" / task_id / "runlog.jsonl")
         assert kinds(events).count("run_started") == 1
+
+
+def test_a_second_server_on_the_same_tasks_refuses_to_start(tmp_path: Path) -> None:
+    """Starting it twice by accident must not mark the first server's running tasks
+    interrupted: the second one stops with a message and exit code 2."""
+    gate = threading.Event()
+    with MockOpenAIServer(gated(gate, at_step=0), models=["m"]) as model:
+        config = project(tmp_path, model.base_url, concurrency=1)
+        try:
+            with Service(config) as first:
+                running = first.submit(task="slow")
+                wait_until(lambda: len(model.requests) == 1, "the model call")
+                second = subprocess.run(
+                    [sys.executable, "-m", "fabric.interfaces.cli.app", "serve",
+                     "--config", str(config), "--port", str(free_port())],
+                    env=first.env, capture_output=True, text=True, timeout=GUARD, check=False,
+                )  # fmt: skip
+                assert second.returncode == 2, second.stderr
+                assert "another `fabric serve` is already using" in second.stderr
+                assert first.client.get(f"/tasks/{running}").json()["status"] == "running"
+        finally:
+            gate.set()

@@ -862,7 +862,7 @@ def test_protected_folder_refuses_writes_and_the_model_is_told(workspace: Path) 
     assert list(runs.iterdir()) == []
     assert (workspace / "notes.txt").read_text() == "fine"
     for step in (1, 2):
-        assert "protected folder" in last_tool_message(client, step)
+        assert "protected place" in last_tool_message(client, step)
     errors = [e.get("error", {}).get("code") for e in of_kind(events, "tool_result")]
     assert errors == ["sandbox_error", "sandbox_error", None]
 

@@ -372,12 +372,13 @@ class ServeSettings(_Strict):
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body accepted.")
     workspace_roots: list[str] = Field(
         default_factory=lambda: ["."],
+        min_length=1,
         description="Folders a task's workspace must lie under (relative to the config "
         "file's folder). The first is the default workspace.",
     )
     max_task_chars: int = Field(100_000, ge=1, description="Longest task text accepted.")
     concurrency: int = Field(4, ge=1, description="Tasks running at once, in all.")
-    pack_concurrency: dict[str, int] = Field(
+    pack_concurrency: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict, description="Tasks of one pack running at once, by pack name."
     )
     shutdown_grace: float = Field(

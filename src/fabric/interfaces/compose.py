@@ -4,6 +4,7 @@ tests all build runs here, so they behave the same."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from fabric.application.resilience import FallbackChatClient, RetryingChatClient
 from fabric.application.resolve import Resolution, probe_tools, resolve_llm
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import FallbackStep, Limits
-from fabric.domain.errors import ConfigError, ModelError
+from fabric.domain.errors import ConfigError, FabricError, RunError
 from fabric.domain.models import RunResult
 from fabric.infrastructure.llm.backends import Backends, base_url_of
 from fabric.infrastructure.packs.registry import LoadedPack, load_pack
@@ -48,6 +49,8 @@ class Runner:
     runs_dir: Path
     backends: Backends
     chat_factory: ChatFactory | None = None
+    protected: tuple[Path, ...] = ()
+    """Places file tools may neither read nor write, besides the runs folder."""
     _packs: dict[str, LoadedPack] = field(default_factory=dict)
     _resolved: dict[tuple[str, str | None, str | None], tuple[float, Resolution]] = field(
         default_factory=dict
@@ -162,12 +165,15 @@ class Runner:
                 f"workspace {folder} is not a folder", hint="pass an existing --workspace"
             )
         limits = _limits(loaded_pack.settings.limits, max_steps)
-        resolution, unresolved = None, None
+        resolution: Resolution | None = None
+        unresolved: FabricError | None = None
         if self.chat_factory is None:
             try:
                 resolution = await self.resolve(pack_name, backend=backend, model=model)
-            except ModelError as exc:  # recorded as a failed run, with its runlog
-                unresolved = exc
+            except ConfigError:
+                raise
+            except Exception as exc:  # recorded as a failed run, with its runlog
+                unresolved = _setup_error(exc)
         runlog = self._runlog(run_id or new_run_id(), observers)
         chat: ChatClient | None = None
         try:
@@ -176,8 +182,8 @@ class Runner:
             elif resolution is not None:
                 try:  # e.g. the embedded model server fails to start
                     chat = await self._chat(resolution, runlog)
-                except ModelError as exc:
-                    unresolved = exc
+                except Exception as exc:
+                    unresolved = _setup_error(exc)
             return await execute_task(
                 task,
                 pack=loaded_pack.pack,
@@ -188,7 +194,7 @@ class Runner:
                 sandbox=loaded_pack.settings.sandbox,
                 limits=limits,
                 cancel=cancel,
-                protected=(self.runs_dir,),
+                protected=(self.runs_dir, *self.protected),
                 on_delta=on_delta,
                 prices=self._prices(),
                 meta=self._meta(resolution),
@@ -197,7 +203,8 @@ class Runner:
         finally:
             runlog.close()
             if chat is not None:
-                await chat.aclose()
+                with contextlib.suppress(Exception):  # the result stands
+                    await chat.aclose()
 
     def _runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:
         try:
@@ -232,6 +239,16 @@ class Runner:
 
     async def aclose(self) -> None:
         await self.backends.aclose()
+
+
+def _setup_error(exc: Exception) -> FabricError:
+    """Why no model could be set up, as the error a failed run records."""
+    if isinstance(exc, FabricError):
+        return exc
+    return RunError(
+        f"the model could not be set up: {type(exc).__name__}: {exc}",
+        hint="check the backend's settings and files (e.g. the model file); see the runlog",
+    )
 
 
 def _limits(limits: Limits, max_steps: int | None) -> Limits:

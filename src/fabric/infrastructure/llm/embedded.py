@@ -96,11 +96,22 @@ class EmbeddedServer:
         self.api_key = secrets.token_urlsafe(24)
         self.model_path: Path | None = None
         self.log_path = cache_dir().parent / "embedded-server.log"
+        self._lock = asyncio.Lock()
 
     async def start(self) -> str:
-        """Start the server if it is not running; return its base URL (with /v1)."""
-        if self.url is not None and self._proc is not None and self._proc.returncode is None:
-            return self.url
+        """Start the server if it is not running; return its base URL (with /v1). Safe to
+        call from concurrent runs: one server is started; a start that fails or is cancelled
+        leaves no process behind."""
+        async with self._lock:
+            if self.url is not None and self._proc is not None and self._proc.returncode is None:
+                return self.url
+            try:
+                return await self._start()
+            except BaseException:
+                await self.stop()
+                raise
+
+    async def _start(self) -> str:
         if not installed():
             raise ModelConnectionError("the embedded backend is not installed", hint=_INSTALL_HINT)
         self.model_path = await asyncio.to_thread(locate_model, self._settings.model_path)
@@ -131,7 +142,6 @@ class EmbeddedServer:
             async with asyncio.timeout(settings.startup_timeout):
                 line = await self._proc.stdout.readline()
         except TimeoutError:
-            await self.stop()
             raise ModelConnectionError(
                 f"the embedded model did not load within {settings.startup_timeout:g} s",
                 hint=f"raise backends.embedded.startup_timeout; its log is {self.log_path}",
@@ -141,7 +151,6 @@ class EmbeddedServer:
         except ValueError:
             answer = {}
         if "url" not in answer:
-            await self.stop()
             problem = answer.get("error") or "it exited before answering"
             raise ModelConnectionError(
                 f"the embedded model server did not start: {problem}",

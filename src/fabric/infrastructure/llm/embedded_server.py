@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from typing import TextIO
 
 KEY_ENV = "FABRIC_EMBEDDED_KEY"
 
@@ -23,10 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args(argv)
+    # The answer goes to fabric on a private copy of stdout; fd 1 itself then points at the
+    # log (stderr), so nothing llama.cpp prints can fill a pipe nobody reads and hang it.
+    answer = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     try:
         import xllamacpp
     except ImportError:
-        _say({"error": "the xllamacpp package is not installed"})
+        _say(answer, {"error": "the xllamacpp package is not installed"})
         return 1
     params = xllamacpp.CommonParams()
     params.model.path = args.model
@@ -41,17 +46,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = xllamacpp.Server(params)
     except Exception as exc:  # llama.cpp refuses the file, or runs out of memory
-        _say({"error": f"{type(exc).__name__}: {exc}"})
+        _say(answer, {"error": f"{type(exc).__name__}: {exc}"})
         return 1
-    _say({"url": str(server.listening_address)})
+    _say(answer, {"url": str(server.listening_address)})
     sys.stdin.read()  # until fabric closes the pipe or exits
     del server
     return 0
 
 
-def _say(message: dict[str, str]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+def _say(out: TextIO, message: dict[str, str]) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ _MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
             11: "<q", 12: "<d"}  # fmt: skip
 _STRING, _ARRAY = 8, 9
+_MAX_STRING = 64 << 20
 _WANTED = ("general.name", "general.size_label", "general.architecture", "general.license")
 
 
@@ -55,6 +56,13 @@ PACKAGED = PackagedModel(
 def read_header(path: Path) -> dict[str, Any]:
     """The header's scalar keys that say what the model is (name, size, architecture,
     context length). Raises ValueError when the file is not GGUF."""
+    try:
+        return _read_header(path)
+    except struct.error as exc:  # a read came up short
+        raise ValueError(f"{path} is truncated or damaged ({exc})") from None
+
+
+def _read_header(path: Path) -> dict[str, Any]:
     with path.open("rb") as fh:
         if fh.read(4) != _MAGIC:
             raise ValueError(f"{path} is not a GGUF file")
@@ -71,7 +79,12 @@ def read_header(path: Path) -> dict[str, Any]:
 
 def _string(fh: IO[bytes]) -> str:
     (length,) = struct.unpack("<Q", fh.read(8))
-    return fh.read(length).decode("utf-8", errors="replace")
+    if length > _MAX_STRING:
+        raise ValueError(f"a header string claims {length} bytes: the file is damaged")
+    data = fh.read(length)
+    if len(data) != length:
+        raise ValueError("the header ends early: the file is truncated")
+    return data.decode("utf-8", errors="replace")
 
 
 def _value(fh: IO[bytes], kind: int) -> Any:

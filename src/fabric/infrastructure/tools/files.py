@@ -17,7 +17,7 @@ from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
 
 from .function_tool import runs_inline
-from .workspace import check_writable, display, resolve_in_workspace
+from .workspace import check_unprotected, display, resolve_in_workspace
 
 _SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", ".mypy_cache", ".tox"}
 _COUNT_LINES_UP_TO = 5_000_000
@@ -43,6 +43,7 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines:
         max_lines: How many lines to return at most.
     """
     target = resolve_in_workspace(ctx.workspace, path)
+    check_unprotected(target, ctx.protected)
     if not target.is_file():
         raise ToolError(f"{path!r} is not a file", hint="use list_files to see what exists")
     if target.stat().st_size <= _INLINE_READ_BYTES:  # quick: no worker thread needed
@@ -108,7 +109,7 @@ def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) 
         append: Add to the end of the file instead of replacing it.
     """
     target = resolve_in_workspace(ctx.workspace, path)
-    check_writable(target, ctx.protected)
+    check_unprotected(target, ctx.protected)
     if ".git" in Path(display(ctx.workspace, target)).parts:
         raise SandboxError(
             f"{path!r} is inside .git/, which tools may not change (a hook or config written "
@@ -187,6 +188,7 @@ def search_files(
             continue
         try:
             target = resolve_in_workspace(ctx.workspace, rel)
+            check_unprotected(target, ctx.protected)
         except SandboxError:
             continue  # a symlink that points out of the workspace
         # Only regular files: opening a FIFO or a device would block or never end.

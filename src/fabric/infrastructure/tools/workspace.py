@@ -33,15 +33,16 @@ def resolve_in_workspace(root: Path, path: str) -> Path:
     return resolved
 
 
-def check_writable(target: Path, protected: tuple[Path, ...]) -> None:
-    """Refuse writes into protected folders (e.g. the runs folder holding this run's log)."""
-    for folder in protected:
-        real = Path(os.path.realpath(folder))
+def check_unprotected(target: Path, protected: tuple[Path, ...]) -> None:
+    """Refuse protected places, for reading and writing: the runs folder (this and other
+    runs' logs), and for the HTTP service its task database and config."""
+    for place in protected:
+        real = Path(os.path.realpath(place))
         if target == real or real in target.parents:
             raise SandboxError(
-                f"{target.name!r} is in a protected folder ({real.name}/) that tools may not "
-                "change",
-                hint="write somewhere else in the workspace",
+                f"{target.name!r} is in a protected place ({real.name}) that tools may not "
+                "read or change",
+                hint="work with other files in the workspace",
             )
 
 

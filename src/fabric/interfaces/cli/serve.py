@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import socket
 import sys
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import structlog
 import uvicorn
 
 from fabric.config.loader import LoadedConfig
+from fabric.domain.errors import ConfigError
 from fabric.interfaces.http.service import TaskService
 
 
@@ -51,6 +53,7 @@ def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> 
         path=Path(settings.token_file).expanduser(),
     )
     check_bind(bind_host, source)
+    lock = _lock((loaded.base_dir / settings.database).resolve())  # held while we serve
     keys = [
         os.environ[name]
         for backend in loaded.config.llm.backends.values()
@@ -78,7 +81,10 @@ def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> 
         timeout_graceful_shutdown=int(settings.shutdown_grace) + 5,
     )
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    _Server(config, app.state.service, settings.shutdown_grace).run()
+    try:
+        _Server(config, app.state.service, settings.shutdown_grace).run()
+    finally:
+        lock.close()
 
 
 class _Server(uvicorn.Server):
@@ -97,6 +103,23 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)  # the app's lifespan awaits the same shutdown
         if winding_down is not None:
             await winding_down
+
+
+def _lock(database: Path) -> IO[bytes]:
+    """Hold an exclusive lock beside the task database, so a second server on the same
+    tasks refuses to start instead of marking the first one's running tasks interrupted."""
+    path = database.with_name(database.name + ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = path.open("ab")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigError(
+            f"another `fabric serve` is already using the task database {database}",
+            hint="stop that one first, or give this one another serve.database",
+        ) from None
+    return handle
 
 
 def _url_host(host: str) -> str:

@@ -84,7 +84,15 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     """The ASGI app for one config; nothing runs until the app starts (lifespan)."""
     settings = loaded.config.serve
     runner = build_runner(loaded)
-    store = SqliteTaskStore((loaded.base_dir / settings.database).resolve())
+    database = (loaded.base_dir / settings.database).resolve()
+    store = SqliteTaskStore(database)
+    # Tasks' file tools must not read other clients' tasks or rewrite what the server runs.
+    runner.protected = (
+        database,
+        database.with_name(database.name + "-wal"),
+        database.with_name(database.name + "-shm"),
+        *([Path(loaded.source).resolve()] if Path(loaded.source).is_file() else []),
+    )
     roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
     service = TaskService(
         runner, store, workspace_roots=roots, max_task_chars=settings.max_task_chars

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 from fabric.domain.tasks import TaskRecord
 
+_ASKED_GRACE = 3.0
+"""Seconds a task gets to stop at a safe point once asked, before it is cancelled."""
 RunTask = Callable[[TaskRecord, asyncio.Event], Awaitable[None]]
 """Runs one task to its end; the event asks it to stop at the next safe point."""
 
@@ -83,7 +85,11 @@ class LocalExecutor:
             return []
         _done, pending = await asyncio.wait(jobs, timeout=grace)
         cut = [rid for rid, r in self._running.items() if r.job in pending]
-        for job in pending:
+        for running in self._running.values():  # first ask: they stop at a safe point
+            running.cancel.set()
+        if pending:
+            _done, pending = await asyncio.wait(pending, timeout=_ASKED_GRACE)
+        for job in pending:  # then insist
             job.cancel()
         for job in pending:
             with contextlib.suppress(BaseException):

@@ -123,7 +123,9 @@ class TaskService:
         if record.final:
             return record
         how = self.executor.cancel(task_id) if self.executor else None
-        if how == "dequeued" or how is None:
+        if how is None:  # not held here: it ended meanwhile, so report how it ended
+            return await self.get(task_id)
+        if how == "dequeued":
             record = await self.store.update(
                 task_id, status="cancelled", finished_at=now(),
                 error={"code": "cancelled", "message": "cancelled before it started"},
