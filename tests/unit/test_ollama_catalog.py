@@ -21,6 +21,7 @@ import pytest
 
 from fabric.domain.errors import ModelConnectionError, ModelResponseError
 from fabric.domain.models import ModelInfo
+from fabric.infrastructure.llm import ollama_catalog
 from fabric.infrastructure.llm.ollama import OllamaCatalog, parse_parameter_size
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ollama"
@@ -264,7 +265,12 @@ def fake_ollama(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     if pidfile.exists():
         pid = int(pidfile.read_text())
         os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        started = [p for p in ollama_catalog._STARTED if p.pid == pid]
+        for process in started:  # reap it through its Popen, so Python knows it ended
+            process.wait(10)
+            ollama_catalog._STARTED.remove(process)
+        if not started:
+            os.waitpid(pid, 0)
 
 
 def free_port() -> int:

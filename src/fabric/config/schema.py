@@ -12,7 +12,8 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH(?!OR)|COOKIE",
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: validators are built on first use, not at import (~25 ms off every start)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Timeouts(_Strict):
