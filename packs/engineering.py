@@ -59,6 +59,7 @@ def build(settings: EngineeringSettings) -> Pack:
         system_prompt=settings.system_prompt,
         tools=library_tools("read_file", "write_file", "list_files", "search_files", "shell"),
         finish_schema=json_schema_of(EngineeringResult),
+        finish_model=EngineeringResult,
         finish_description="Finish the task: report the summary, the files changed (artifacts), "
         "next steps and notes.",
         sandbox=settings.sandbox,

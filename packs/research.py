@@ -56,6 +56,7 @@ def build(settings: ResearchSettings) -> Pack:
         system_prompt=settings.system_prompt,
         tools=library_tools("web_search", "fetch_url", bind={"web": settings.web}),
         finish_schema=json_schema_of(ResearchResult),
+        finish_model=ResearchResult,
         finish_description="Finish with the answer and its citations (url and exact quote).",
         sandbox=settings.sandbox,
     )

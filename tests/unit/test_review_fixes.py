@@ -46,3 +46,16 @@ def test_file_tools_neither_read_nor_write_protected_files(tmp_path: Path) -> No
         write_file(ctx, "tasks.sqlite3", "overwritten")
     assert database.read_text() == "other clients' tasks"
     assert search_files(ctx, "clients").startswith("no matches")
+
+
+def test_packs_made_from_a_model_check_finish_arguments_strictly() -> None:
+    """The engineering pack checks finish_task with its pydantic model, as strictly as its
+    JSON Schema says: no coercion, no extra keys, required fields required."""
+    from packs.engineering import EngineeringSettings, build
+
+    check = build(EngineeringSettings(builder="engineering")).finish_check()
+    assert check({"summary": "done", "artifacts": ["a.py"]}) == []
+    assert any(p.startswith("summary:") for p in check({"summary": 5}))
+    assert any(p.startswith("artifacts.0:") for p in check({"summary": "s", "artifacts": [1]}))
+    assert any("summary" in p for p in check({}))
+    assert any(p.startswith("surprise:") for p in check({"summary": "s", "surprise": 1}))

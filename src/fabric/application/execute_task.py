@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from fabric.config.prompts import FINISH_INVALID, NUDGE
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import FabricError, ToolError
@@ -74,7 +72,7 @@ class _Run:
         self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}
         finish = ToolSpec(FINISH_TOOL, self.pack.finish_description, self.pack.finish_schema)
         self.tool_defs = [t.spec.as_openai() for t in self.pack.tools] + [finish.as_openai()]
-        self.finish_validator = Draft202012Validator(dict(self.pack.finish_schema))
+        self.finish_check = self.pack.finish_check()
 
     async def loop(self) -> None:
         while True:
@@ -208,13 +206,10 @@ class _Run:
             ) from None
 
     def _finish(self, arguments: dict[str, Any]) -> str:
-        errors = sorted(self.finish_validator.iter_errors(arguments), key=lambda e: e.path)
+        errors = self.finish_check(arguments)
         if not errors:
             raise _Stop(RunStatus.COMPLETED, payload=arguments)
-        problems = "\n".join(
-            f"- {'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
-            for e in errors
-        )
+        problems = "\n".join(f"- {e}" for e in errors)
         self._count_repair(problems)
         raise ToolError(FINISH_INVALID.format(problems=problems))
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator, SchemaError
+from pydantic import BaseModel, ValidationError
 
 from fabric.config.schema import SandboxSettings
 
@@ -15,9 +15,15 @@ from .ports import Tool
 FINISH_TOOL = "finish_task"
 
 
+FinishCheck = Callable[[Mapping[str, Any]], list[str]]
+"""The problems with finish_task arguments, each ``path: message``; empty when valid."""
+
+
 def finish_schema_problem(schema: Mapping[str, Any]) -> str | None:
     """What is wrong with a finish schema, or None: it must be valid JSON Schema (2020-12)
     describing an object, since tool arguments are always a JSON object."""
+    from jsonschema import Draft202012Validator, SchemaError  # ~50 ms: only when needed
+
     try:
         Draft202012Validator.check_schema(dict(schema))
     except SchemaError as exc:
@@ -26,6 +32,39 @@ def finish_schema_problem(schema: Mapping[str, Any]) -> str | None:
     if "object" not in (declared if isinstance(declared, list) else [declared]):
         return f"not usable: it must describe an object (type: object), not {declared!r}"
     return None
+
+
+def schema_check(schema: Mapping[str, Any]) -> FinishCheck:
+    """Check arguments against a JSON Schema (for packs declared in YAML)."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(dict(schema))
+
+    def check(arguments: Mapping[str, Any]) -> list[str]:
+        errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.path))
+        return [
+            f"{'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
+            for e in errors
+        ]
+
+    return check
+
+
+def model_check(model: type[BaseModel]) -> FinishCheck:
+    """Check arguments against the pydantic model the finish schema was made from, strictly
+    (no coercion), which is what that JSON Schema says and costs no jsonschema import."""
+
+    def check(arguments: Mapping[str, Any]) -> list[str]:
+        try:
+            model.model_validate(dict(arguments), strict=True)
+        except ValidationError as exc:
+            return [
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            ]
+        return []
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -44,6 +83,9 @@ class Pack:
     finish_description: str = "Finish the task and return the final result."
     model: str | None = None
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    finish_model: type[BaseModel] | None = None
+    """The pydantic model ``finish_schema`` was generated from, if any: arguments are then
+    checked with it (strictly) instead of a JSON Schema validator."""
 
     def __post_init__(self) -> None:
         names = [t.spec.name for t in self.tools]
@@ -52,9 +94,14 @@ class Pack:
             raise ValueError(f"pack {self.name!r} declares tool(s) twice: {', '.join(dupes)}")
         if FINISH_TOOL in names:
             raise ValueError(f"pack {self.name!r} must not declare {FINISH_TOOL!r} itself")
-        problem = finish_schema_problem(self.finish_schema)
+        problem = None if self.finish_model else finish_schema_problem(self.finish_schema)
         if problem:
             raise ValueError(f"pack {self.name!r}: finish_schema is {problem}")
 
     def tool_names(self) -> list[str]:
         return [t.spec.name for t in self.tools] + [FINISH_TOOL]
+
+    def finish_check(self) -> FinishCheck:
+        if self.finish_model is not None:
+            return model_check(self.finish_model)
+        return schema_check(self.finish_schema)
