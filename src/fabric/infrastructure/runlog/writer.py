@@ -64,7 +64,7 @@ def _unique(name: str, taken: Callable[[str], bool]) -> str:
     return f"{stem}-{number}{ext}"
 
 
-def _dumps(record: Mapping[str, Any], **options: Any) -> str:
+def strict_json(record: Mapping[str, Any], **options: Any) -> str:
     """Strict JSON (no NaN or Infinity, which most JSON readers refuse): such numbers, e.g.
     from a tool argument like ``1e999``, are written as text."""
     try:
@@ -133,7 +133,7 @@ class JsonlRunLog(_Envelope):
         return str(self.path)
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
-        line = _dumps(self._record(kind, data), ensure_ascii=False, separators=(",", ":"))
+        line = strict_json(self._record(kind, data), ensure_ascii=False, separators=(",", ":"))
         self._file.write(line + "\n")
         self._file.flush()
 
@@ -164,7 +164,7 @@ class MemoryRunLog(_Envelope):
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
         # A JSON round trip, so tests see exactly what the file log would hold.
-        self.events.append(json.loads(_dumps(self._record(kind, data))))
+        self.events.append(json.loads(strict_json(self._record(kind, data))))
 
     def save_artifact(self, name: str, content: str) -> str:
         ref = "artifacts/" + _unique(_safe_name(name), lambda n: f"artifacts/{n}" in self.artifacts)

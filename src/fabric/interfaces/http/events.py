@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from fabric.infrastructure.runlog.writer import strict_json
 
 _CHUNK = 1 << 20  # bytes read per step: a large runlog is streamed, never loaded at once
 _DIGITS = re.compile(r"[0-9]{1,18}")
@@ -192,23 +193,10 @@ async def _wait(poll: float, wake: asyncio.Event | None) -> None:
 
 
 def _one_line_json(event: Mapping[str, Any]) -> str:
-    options: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":"), "default": str}
-    try:
-        text = json.dumps(event, allow_nan=False, **options)
-    except ValueError:  # NaN or Infinity: written as text, like the runlog writer does
-        text = json.dumps(_finite(event), allow_nan=False, **options)
+    options: dict[str, Any] = {"ensure_ascii": False, "separators": (",", ":")}
+    text = strict_json(event, **options)  # NaN or Infinity as text, as in the runlog
     # json.dumps escapes CR and LF inside strings; these three it leaves raw.
     return text.translate(_LINE_BREAKS)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _field(value: str) -> str:
