@@ -598,3 +598,15 @@ def test_health_needs_no_token_and_readiness_reaches_the_model(
     assert ready.json()["model"] == "m"
     packs = service.client.get("/packs").json()["packs"]
     assert [p["name"] for p in packs] == ["engineering", "reviewer"]
+
+
+def test_an_unknown_backend_is_refused_at_submission(tmp_path: Path) -> None:
+    with MockOpenAIServer(writer_then_finish, models=["m"]) as model:
+        config = project(tmp_path, model.base_url)
+        with Service(config) as service:
+            answer = service.client.post(
+                "/tasks", json={"pack": "engineering", "task": "x", "backend": "olama"}
+            )
+            error = error_shape(answer, 422)
+            assert "olama" in error["message"]
+            assert service.client.get("/tasks").json()["tasks"] == []

@@ -55,8 +55,12 @@ class TaskService:
 
     # --- submitting --------------------------------------------------------------------------
 
-    def check(self, pack: str, task: str, workspace: str | None) -> Path:
+    def check(
+        self, pack: str, task: str, workspace: str | None, backend: str | None = None
+    ) -> Path:
         """Validate a submission before it is stored; return the workspace to use."""
+        if backend is not None and backend != "auto":
+            self.runner.backends.settings(backend)  # unknown: a ConfigError listing the known
         if not task.strip():
             raise ConfigError("the task is empty", hint="say what the pack should do")
         if len(task) > self.max_task_chars:
@@ -89,7 +93,7 @@ class TaskService:
         workspace: str | None = None,
         max_steps: int | None = None,
     ) -> TaskRecord:
-        folder = self.check(pack, task, workspace)
+        folder = self.check(pack, task, workspace, backend)
         if self.executor is None or not self.executor.accepting:
             raise ServiceUnavailable(_SHUTTING_DOWN)
         record = TaskRecord(
