@@ -238,12 +238,19 @@ def serve(
 def show(
     run: Annotated[str, typer.Argument(help="A run id, a run folder or a runlog.jsonl path.")],
     config: ConfigOpt = None,
+    step: Annotated[int | None, typer.Option("--step", help="Only this step's events.")] = None,
+    kind: Annotated[
+        list[str] | None, typer.Option("--kind", help="Only events of this kind (repeatable).")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep showing events until the run ends.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
     from fabric.domain.errors import ConfigError
 
-    from .render import find_runlog, read_runlog, show_timeline
+    from .render import find_runlog, follow_runlog_lines, read_runlog, show_timeline
 
     try:
         path = find_runlog(run, lambda: _load(config, as_json).runs_dir)
@@ -252,10 +259,24 @@ def show(
         _fail(exc, as_json=as_json, code=2)
     for problem in problems:
         typer.echo(f"warning: {problem}", err=True)
-    if as_json:
-        typer.echo(json.dumps(events, indent=2, ensure_ascii=False))
-        return
-    show_timeline(events, path, sys.stdout)
+
+    def wanted(event: dict[str, Any]) -> bool:
+        return (step is None or event.get("step") == step) and (not kind or event["kind"] in kind)
+
+    shown = [e for e in events if wanted(e)]
+    if as_json and follow:  # a stream: one JSON object a line
+        for event in shown:
+            typer.echo(json.dumps(event, ensure_ascii=False))
+    elif as_json:
+        typer.echo(json.dumps(shown, indent=2, ensure_ascii=False))
+    else:
+        show_timeline(shown, path, sys.stdout, complete=not (step or kind or follow))
+    if follow and not any(e["kind"] == "run_finished" for e in events):
+        after = events[-1]["seq"] if events else -1
+        try:
+            follow_runlog_lines(path, after, wanted, sys.stdout, as_json=as_json)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
 
 
 def main() -> None:

@@ -234,7 +234,11 @@ def read_runlog(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return events, problems
 
 
-def show_timeline(events: list[dict[str, Any]], path: Path, out: TextIO) -> None:
+def show_timeline(
+    events: list[dict[str, Any]], path: Path, out: TextIO, *, complete: bool = True
+) -> None:
+    """The timeline of ``events``; with ``complete`` (the whole log, unfiltered), also the
+    payload, or a note when the run has no end yet."""
     pending: dict[str, Mapping[str, Any]] = {}
     finished = None
     for event in events:
@@ -245,8 +249,40 @@ def show_timeline(events: list[dict[str, Any]], path: Path, out: TextIO) -> None
             out.write(line + "\n")
         if event["kind"] == "run_finished":
             finished = event
-    if finished is None:
+    if complete and finished is None:
         out.write("(no run_finished: the run is still going, or it was killed)\n")
-    elif finished.get("payload") is not None:
+    elif complete and finished is not None and finished.get("payload") is not None:
         out.write(json.dumps(finished["payload"], indent=2, ensure_ascii=False) + "\n")
     out.write(f"runlog: {path}\n")
+
+
+def follow_runlog_lines(
+    path: Path,
+    after: int,
+    wanted: Callable[[dict[str, Any]], bool],
+    out: TextIO,
+    *,
+    as_json: bool,
+) -> None:
+    """Print events appended to a runlog after ``after`` until its run_finished (Ctrl-C
+    stops following a run that was killed and will never finish)."""
+    import asyncio
+
+    from fabric.interfaces.http.events import follow_runlog
+
+    pending: dict[str, Mapping[str, Any]] = {}
+
+    async def tail() -> None:
+        async for event in follow_runlog(path, after=after, is_over=lambda: False):
+            if event is None or not wanted(event):
+                continue
+            line = (
+                json.dumps(event, ensure_ascii=False)
+                if as_json
+                else _describe_event(event, pending)
+            )
+            if line is not None:
+                out.write(line + "\n")
+                out.flush()
+
+    asyncio.run(tail())

@@ -1,0 +1,78 @@
+"""`fabric show` filters (one step, some kinds) and `--follow` on a run that is still going."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from fabric.infrastructure.runlog import JsonlRunLog
+from fabric.interfaces.cli.app import app
+
+USAGE = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+
+
+def _started(log: JsonlRunLog) -> None:
+    log.emit(
+        "run_started",
+        {"pack": "p", "task": "t", "model": "m", "workspace": "/w", "limits": {}, "sandbox": {},
+         "system_prompt": "s", "finish_schema": {"type": "object"}},
+    )  # fmt: skip
+
+
+def _step(log: JsonlRunLog, step: int) -> None:
+    log.emit("llm_request", {"step": step, "messages": []})
+    call = {"step": step, "call_id": f"c{step}", "name": "list_files"}
+    log.emit("tool_call", {**call, "arguments": {"path": f"dir{step}"}})
+    log.emit("tool_result", {**call, "ok": True, "output": "x", "duration_ms": 1.0})
+
+
+def _finished(log: JsonlRunLog) -> None:
+    log.emit(
+        "run_finished",
+        {"status": "completed", "payload": {"done": True}, "steps": 2, "usage": USAGE,
+         "duration_s": 0.1},
+    )  # fmt: skip
+
+
+def test_show_one_step_or_some_kinds(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r1")
+    _started(log)
+    _step(log, 1)
+    _step(log, 2)
+    _finished(log)
+    log.close()
+    cli = CliRunner()
+    only_two = cli.invoke(app, ["show", str(log.path), "--step", "2", "--json"])
+    assert only_two.exit_code == 0, only_two.output
+    assert {e["step"] for e in json.loads(only_two.stdout)} == {2}
+    kinds = cli.invoke(app, ["show", str(log.path), "--kind", "tool_call", "--json"])
+    assert [e["arguments"]["path"] for e in json.loads(kinds.stdout)] == ["dir1", "dir2"]
+    text = cli.invoke(app, ["show", str(log.path), "--step", "1"])
+    assert "list_files" in text.stdout and "dir2" not in text.stdout
+
+
+def test_follow_shows_events_until_the_run_finishes(tmp_path: Path) -> None:
+    log = JsonlRunLog(tmp_path, "r2")
+    _started(log)
+    _step(log, 1)
+
+    def go_on() -> None:
+        time.sleep(0.3)  # while `show --follow` is already waiting
+        _step(log, 2)
+        _finished(log)
+        log.close()
+
+    writer = threading.Thread(target=go_on)
+    writer.start()
+    try:
+        result = CliRunner().invoke(app, ["show", str(log.path), "--follow", "--json"])
+    finally:
+        writer.join(30)
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["seq"] for e in events] == list(range(8))
+    assert events[-1]["kind"] == "run_finished"
