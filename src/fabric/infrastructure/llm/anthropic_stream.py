@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.application.ports import DeltaSink
+from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelError, ModelResponseError
 from fabric.domain.models import ChatDelta, ToolCall
 
-from .arguments import parse_arguments
 from .http_errors import BODY_LIMIT, status_error
 
 _ERROR_STATUS = {

@@ -15,10 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fabric.domain.arguments import parse_arguments
 from fabric.domain.models import ChatResponse, Message, Usage, assistant_message
 
 from .anthropic_stream import Reply
-from .arguments import parse_arguments
 
 _FINISH = {
     "end_turn": "stop",

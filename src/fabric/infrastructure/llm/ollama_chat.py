@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from fabric.application.ports import DeltaSink
+from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelError, ModelResponseError, ModelServerError
 from fabric.domain.models import (
     ChatDelta,
@@ -34,7 +35,6 @@ from fabric.domain.models import (
     assistant_message,
 )
 
-from .arguments import parse_arguments
 from .http import encode_json, model_client
 from .http_errors import BODY_LIMIT, status_error, transport_error
 from .text_tool_calls import apply_text_tool_calls

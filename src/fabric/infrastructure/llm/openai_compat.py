@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from fabric.application.ports import DeltaSink
+from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelConnectionError, ModelError, ModelResponseError
 from fabric.domain.models import (
     ChatDelta,
@@ -28,7 +29,6 @@ from fabric.domain.models import (
     assistant_message,
 )
 
-from .arguments import parse_arguments
 from .http import encode_json, model_client
 from .http_errors import BODY_LIMIT, status_error, transport_error
 from .openai_catalog import OpenAICatalog

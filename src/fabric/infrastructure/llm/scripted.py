@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fabric.application.ports import DeltaSink
+from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelError, ModelResponseError
 from fabric.domain.models import (
     ChatDelta,
@@ -21,8 +22,6 @@ from fabric.domain.models import (
     Usage,
     assistant_message,
 )
-
-from .arguments import parse_arguments
 
 Responder = Callable[[Sequence[Message], Sequence[Mapping[str, Any]]], Awaitable[ChatResponse]]
 

@@ -28,9 +28,8 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from fabric.domain.arguments import parse_arguments
 from fabric.domain.models import ChatResponse, ToolCall, assistant_message
-
-from .arguments import parse_arguments
 
 _NAME_KEYS = ("name", "tool", "tool_name")
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")

@@ -279,6 +279,32 @@ def show(
             raise typer.Exit(130) from None
 
 
+@app.command()
+def replay(
+    run: Annotated[str, typer.Argument(help="A run id, a run folder or a runlog.jsonl path.")],
+    config: ConfigOpt = None,
+    live_tools: Annotated[
+        bool,
+        typer.Option("--live-tools", help="Run the real tools, on a copy of the workspace."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-drive a recorded run with the current pack; say where it diverges (exit 1) or that
+    it is identical (exit 0)."""
+    from fabric.domain.errors import ConfigError
+
+    from .render import find_runlog
+    from .replay_cmd import run_replay
+
+    loaded = _load(config, as_json)
+    try:
+        path = find_runlog(run, lambda: loaded.runs_dir)
+        code = run_replay(loaded, path, live=live_tools, as_json=as_json)
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    raise typer.Exit(code)
+
+
 def main() -> None:
     app()
 

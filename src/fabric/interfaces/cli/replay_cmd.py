@@ -1,0 +1,93 @@
+"""``fabric replay RUN``: re-drive a recorded run with the current pack and say where it
+diverges. Exit 0 identical, 1 diverged, 2 usage or configuration error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from fabric.config.loader import LoadedConfig
+from fabric.domain.errors import ConfigError, FabricError
+
+
+def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -> int:
+    """Replay the runlog at ``path``; print the report; return the exit code."""
+    from fabric.application.replay import Recording, replay
+    from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
+    from fabric.interfaces.compose import build_runner
+
+    from .render import read_runlog
+
+    events, problems = read_runlog(path)
+    for problem in problems:
+        typer.echo(f"warning: {problem}", err=True)
+    try:
+        recording = Recording(events)
+    except FabricError as exc:
+        raise ConfigError(f"{path}: {exc.message}", hint=exc.hint) from exc
+    pack_name = str(recording.started.get("pack", ""))
+    runner = build_runner(loaded)
+    loaded_pack = runner.pack(pack_name)
+    recorded_workspace = Path(str(recording.started.get("workspace", ".")))
+    scratch: Path | None = None
+    workspace = recorded_workspace
+    if live:  # real tools work on a copy, never on the recorded workspace
+        scratch = Path(tempfile.mkdtemp(prefix="fabric-replay-"))
+        workspace = scratch / "workspace"
+        if recorded_workspace.is_dir():
+            shutil.copytree(recorded_workspace, workspace, symlinks=True)
+        else:
+            workspace.mkdir()
+    run_id = new_run_id()
+    try:
+        runlog = JsonlRunLog(runner.runs_dir, run_id)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the replay's runlog in {runner.runs_dir}: {exc}") from exc
+    try:
+        report = asyncio.run(
+            replay(
+                events,
+                pack=loaded_pack.pack,
+                runlog=runlog,
+                run_id=run_id,
+                workspace=workspace,
+                live=live,
+                run_dir=path.parent,
+                sandbox=loaded_pack.settings.sandbox,
+                protected=(runner.runs_dir,),
+            )
+        )
+    finally:
+        runlog.close()
+        asyncio.run(runner.aclose())
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))
+    else:
+        _print(report.as_dict())
+    return 0 if report.identical else 1
+
+
+def _print(report: dict[str, Any]) -> None:
+    divergence = report["divergence"]
+    if divergence is None:
+        typer.echo(
+            f"identical: replay {report['run_id']} of {report['replay_of']} matched all "
+            f"{report['steps_recorded']} step(s); result {report['result']['status']}"
+        )
+    else:
+        typer.echo(
+            f"diverged: replay {report['run_id']} of {report['replay_of']}\n"
+            f"  step:     {divergence['step']}\n"
+            f"  field:    {divergence['field']}\n"
+            f"  recorded: {divergence['recorded']}\n"
+            f"  now:      {divergence['now']}"
+        )
+    typer.echo(f"runlog: {report['runlog']}")
