@@ -220,7 +220,11 @@ class Runner:
         return {name: (o.input_price, o.output_price) for name, o in options.items()}
 
     def _meta(self, resolution: Resolution | None) -> dict[str, Any]:
-        meta: dict[str, Any] = {"fabric_version": fabric.__version__, "config": self.loaded.source}
+        meta: dict[str, Any] = {
+            "fabric_version": fabric.__version__,
+            "config": self.loaded.source,
+            "sampling": {"temperature": self.loaded.config.llm.temperature},
+        }
         if resolution is not None:
             settings = self.backends.settings(resolution.backend)
             url = base_url_of(settings)
