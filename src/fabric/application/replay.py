@@ -104,12 +104,18 @@ class Recording:
         self.started: Mapping[str, Any] = started[0]
         finished = [e for e in events if e.get("kind") == "run_finished"]
         self.finished: Mapping[str, Any] | None = finished[-1] if finished else None
+        self.limits: dict[str, Any] = dict(self.started.get("limits") or {})
+        """The run's limits: those it started with, or the ones it was last resumed with."""
         self.tools: list[Any] = []
         self.steps: list[_Step] = []
         self.results: list[Mapping[str, Any]] = []
         by_number: dict[int, _Step] = {}
         for event in events:
             kind, number = event.get("kind"), event.get("step")
+            if kind == "run_resumed":  # what was logged of the steps redone is not what counts
+                self._forget_from(by_number, int(event.get("from_step", 1)))
+                self.limits = dict(event.get("limits") or self.limits)
+                continue
             if not isinstance(number, int):
                 continue
             step = by_number.get(number)
@@ -127,6 +133,13 @@ class Recording:
             elif kind == "tool_result":
                 self.results.append(event)
         self.steps.sort(key=lambda s: s.number)
+
+    def _forget_from(self, by_number: dict[int, _Step], first: int) -> None:
+        """Drop what the log holds of steps ``first`` and later (a resume redoes them)."""
+        for number in [n for n in by_number if n >= first]:
+            del by_number[number]
+        self.steps = [s for s in self.steps if s.number < first]
+        self.results = [r for r in self.results if int(r.get("step", 0)) < first]
 
     @property
     def run_id(self) -> str:
@@ -378,7 +391,7 @@ async def replay(
         finish_model=pack.finish_model,
     )
     if limits is None:
-        limits = Limits.model_validate(recording.started.get("limits") or {})
+        limits = Limits.model_validate(recording.limits)
     result = await execute_task(
         str(recording.started.get("task", "")),
         pack=replay_pack,

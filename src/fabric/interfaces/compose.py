@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from fabric.application.execute_task import execute_task
 from fabric.application.ports import ChatClient, DeltaSink, RunLog
 from fabric.application.resilience import FallbackChatClient, RetryingChatClient
 from fabric.application.resolve import Resolution, probe_tools, resolve_llm
+from fabric.application.resume import plan_resume, resume_task
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import FallbackStep, Limits
 from fabric.domain.errors import ConfigError, FabricError, RunError
@@ -204,6 +205,72 @@ class Runner:
             runlog.close()
             if chat is not None:
                 with contextlib.suppress(Exception):  # the result stands
+                    await chat.aclose()
+
+    async def resume(
+        self,
+        events: Sequence[Mapping[str, Any]],
+        path: Path,
+        *,
+        max_steps: int | None = None,
+        observers: Sequence[Observer] = (),
+        on_delta: DeltaSink | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> RunResult:
+        """Continue the run whose runlog (at ``path``) holds ``events``: same run id, pack,
+        workspace and model, appending to the same log (see ``application/resume.py``)."""
+        plan = plan_resume(events, max_steps)
+        started = plan.started
+        pack_name = str(started.get("pack", ""))
+        loaded_pack = self.pack(pack_name)
+        folder = Path(str(started.get("workspace", "")))
+        if not folder.is_dir():
+            raise ConfigError(
+                f"the run's workspace {folder} is not a folder any more",
+                hint="restore the workspace, or start a new run",
+            )
+        model = started.get("model") or None
+        backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
+        resolution: Resolution | None = None
+        unresolved: FabricError | None = None
+        if self.chat_factory is None:
+            try:
+                resolution = await self.resolve(pack_name, backend=backend, model=model)
+            except ConfigError:
+                raise
+            except Exception as exc:
+                unresolved = _setup_error(exc)
+        try:
+            runlog = JsonlRunLog.reopen(path, *observers)
+        except OSError as exc:
+            raise ConfigError(f"cannot append to {path}: {exc}") from exc
+        chat: ChatClient | None = None
+        try:
+            if self.chat_factory is not None:
+                chat = self.chat_factory(self.model_for(loaded_pack, model))
+            elif resolution is not None:
+                try:
+                    chat = await self._chat(resolution, runlog)
+                except Exception as exc:
+                    unresolved = _setup_error(exc)
+            return await resume_task(
+                plan,
+                pack=loaded_pack.pack,
+                chat=chat,
+                runlog=runlog,
+                workspace=folder,
+                run_dir=path.parent,
+                sandbox=loaded_pack.settings.sandbox,
+                cancel=cancel,
+                protected=(self.runs_dir, *self.protected),
+                on_delta=on_delta,
+                prices=self._prices(),
+                start_error=unresolved,
+            )
+        finally:
+            runlog.close()
+            if chat is not None:
+                with contextlib.suppress(Exception):
                     await chat.aclose()
 
     def _runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:

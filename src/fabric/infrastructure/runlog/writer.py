@@ -128,6 +128,37 @@ class JsonlRunLog(_Envelope):
         # escape it came from, so the line stays valid UTF-8 and valid JSON.
         self._file = self.path.open("x", encoding="utf-8", errors="backslashreplace")
 
+    @classmethod
+    def reopen(cls, path: Path, *observers: Observer) -> JsonlRunLog:
+        """Append to the existing runlog at ``path`` (``fabric resume``), going on with its
+        ``seq`` numbering and run id. A torn last line (the writer was killed mid-line) is
+        cut off first; every complete line stays as it is."""
+        data = path.read_bytes()
+        end = data.rfind(b"\n") + 1  # everything after the last newline is torn
+        last: Mapping[str, Any] | None = None
+        for line in reversed(data[:end].splitlines()):
+            if line.strip():
+                try:
+                    last = json.loads(line)
+                except ValueError:
+                    continue
+                break
+        if not isinstance(last, Mapping) or not isinstance(last.get("seq"), int):
+            raise ConfigError(
+                f"{path} has no complete runlog line to continue from",
+                hint="pass the runlog of a run fabric recorded",
+            )
+        log = cls.__new__(cls)
+        _Envelope.__init__(log, str(last.get("run_id", path.parent.name)), observers)
+        log._seq = int(last["seq"]) + 1
+        log.dir = path.parent
+        log.path = path
+        if end < len(data):
+            with path.open("r+b") as raw:
+                raw.truncate(end)
+        log._file = path.open("a", encoding="utf-8", errors="backslashreplace")
+        return log
+
     @property
     def location(self) -> str:
         return str(self.path)

@@ -305,6 +305,65 @@ def replay(
     raise typer.Exit(code)
 
 
+@app.command()
+def resume(
+    run: Annotated[str, typer.Argument(help="A run id, a run folder or a runlog.jsonl path.")],
+    config: ConfigOpt = None,
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            "--max-steps", help="Model calls at most, in all (default: the run's).", min=1
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Continue an interrupted run (or one that hit its step limit, with a higher --max-steps)
+    in the same runlog and workspace; completed steps are not sent to the model again."""
+    import asyncio
+
+    from fabric.domain.errors import ConfigError, ModelError
+    from fabric.interfaces.compose import build_runner
+
+    from .render import Progress, describe_failure, find_runlog, print_result, read_runlog
+
+    loaded = _load(config, as_json)
+    try:
+        path = find_runlog(run, lambda: loaded.runs_dir)
+        events, problems = read_runlog(path)
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    for problem in problems:
+        typer.echo(f"warning: {problem}", err=True)
+    progress = Progress(sys.stderr, live=sys.stderr.isatty())
+    runner = build_runner(loaded, on_status=_status)
+
+    async def go() -> RunResult:
+        try:
+            return await runner.resume(
+                events,
+                path,
+                max_steps=max_steps,
+                observers=(progress,),
+                on_delta=progress.delta,
+            )
+        finally:
+            await runner.aclose()
+
+    try:
+        result = asyncio.run(go())
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    except ModelError as exc:
+        _fail(exc, as_json=as_json, code=1)
+    except KeyboardInterrupt:
+        typer.echo(f"\ncancelled; runlog: {path}", err=True)
+        raise typer.Exit(1) from None
+    print_result(result, as_json=as_json)
+    if not result.succeeded and as_json:
+        typer.echo(describe_failure(result), err=True)
+    raise typer.Exit(0 if result.succeeded else 1)
+
+
 def main() -> None:
     app()
 

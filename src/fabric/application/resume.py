@@ -1,0 +1,270 @@
+"""Continuing an interrupted run: ``fabric resume``.
+
+A run that never wrote ``run_finished`` (the process was killed, the machine or the service
+restarted), or one that stopped at ``max_steps`` and is given more steps, goes on with the same
+run id, workspace and runlog. The unchanged loop (``execute_task``) is driven again: for the
+steps already complete in the log (their ``llm_response`` and every ``tool_result`` are
+there) the model's replies and the tools' results come from the log, as a replay serves them,
+so the model is not asked again and no tool runs twice; from the first incomplete step on, the
+live chat client and the pack's real tools take over. A runlog wrapper drops the events of the
+re-driven steps (they are in the log already), writes ``run_resumed`` and passes the rest on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabric.config.schema import Limits, SandboxSettings
+from fabric.domain.errors import ConfigError, FabricError
+from fabric.domain.models import ChatResponse, Message, RunResult, ToolSpec
+
+from .context import ToolContext
+from .cost import Prices
+from .execute_task import execute_task
+from .pack import Pack
+from .ports import ChatClient, DeltaSink, RunLog, Tool
+from .replay import Diverged, Recording, ReplayChatClient, ReplayState, recorded_tools
+
+RESUMABLE = ("max_steps",)
+"""The end states a run can be resumed from, besides having no end at all."""
+_STEP_KINDS = {"llm_request", "llm_response", "tool_call", "tool_result", "nudge"}
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """What a resume starts from: the recorded events up to the last complete step."""
+
+    started: Mapping[str, Any]
+    events: list[Mapping[str, Any]]
+    """run_started and the events of steps 1..``completed`` (what is fed back)."""
+    completed: int
+    limits: Limits
+    reason: str
+
+    @property
+    def run_id(self) -> str:
+        return str(self.started.get("run_id", ""))
+
+
+def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = None) -> ResumePlan:
+    """Check that the run can be resumed and find its last complete step.
+
+    Raises ``ConfigError`` for a run that ended (other than at ``max_steps`` with a higher
+    ``max_steps`` now) or whose log has no ``run_started``."""
+    try:
+        recording = Recording(events)
+    except FabricError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from exc
+    limits = Limits.model_validate(recording.limits)
+    if max_steps is not None:
+        if max_steps < 1:
+            raise ConfigError("--max-steps must be at least 1")
+        limits = limits.model_copy(update={"max_steps": max_steps})
+    completed = _complete_steps(recording)
+    finished = _last_end(events)
+    if finished is None:
+        reason = "interrupted"
+    elif finished.get("status") in RESUMABLE:
+        reason = str(finished["status"])
+        if limits.max_steps <= completed:
+            raise ConfigError(
+                f"the run ended after {completed} step(s) at its step limit",
+                hint=f"pass --max-steps above {completed} to give it more steps",
+            )
+    else:
+        raise ConfigError(
+            f"the run {recording.run_id} already ended ({finished.get('status')}); "
+            "only an interrupted run or one that hit max_steps can be resumed",
+            hint="start a new run with `fabric run`",
+        )
+    kept = [
+        e
+        for e in events
+        if e.get("kind") == "run_started"
+        or (isinstance(e.get("step"), int) and e["step"] <= completed)
+    ]
+    return ResumePlan(recording.started, kept, completed, limits, reason)
+
+
+def _last_end(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The ``run_finished`` that ends the log, unless a later ``run_resumed`` reopened it."""
+    end: Mapping[str, Any] | None = None
+    for event in events:
+        if event.get("kind") == "run_finished":
+            end = event
+        elif event.get("kind") == "run_resumed":
+            end = None
+    return end
+
+
+def _complete_steps(recording: Recording) -> int:
+    """How many leading steps have their reply and every tool result in the log."""
+    done = {(r.get("step"), r.get("call_id")) for r in recording.results}
+    count = 0
+    for expected, step in enumerate(recording.steps, 1):
+        if step.number != expected or step.response is None:
+            break
+        message = step.response.get("message") or {}
+        calls = [c.get("id") for c in message.get("tool_calls") or ()]
+        if any((step.number, call_id) not in done for call_id in calls):
+            break
+        count = step.number
+    return count
+
+
+class _ResumingChat:
+    """Recorded replies (checked like a replay) for the first ``completed`` calls, then the
+    live client."""
+
+    def __init__(
+        self, recorded: ReplayChatClient, live: ChatClient, completed: int, state: ReplayState
+    ) -> None:
+        self._recorded, self._live, self._completed, self._state = (
+            recorded,
+            live,
+            completed,
+            state,
+        )
+        self._calls = 0
+
+    @property
+    def model(self) -> str:
+        return self._live.model
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> ChatResponse:
+        if self._state.divergence is not None:
+            raise Diverged(self._state.divergence)
+        self._calls += 1
+        if self._calls <= self._completed:
+            return await self._recorded.chat(messages, tools)
+        self._state.step = self._calls
+        return await self._live.chat(messages, tools, on_delta=on_delta)
+
+    async def aclose(self) -> None:
+        await self._live.aclose()
+
+
+class _ResumingTool:
+    """A pack tool whose calls in the re-driven steps are answered from the log."""
+
+    def __init__(self, live: Tool, recorded: Tool, completed: int, state: ReplayState) -> None:
+        self._live, self._recorded, self._completed, self._state = live, recorded, completed, state
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._live.spec
+
+    async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        if self._state.step <= self._completed:
+            return await self._recorded(arguments, ctx)
+        return await self._live(arguments, ctx)
+
+
+class _ResumingRunLog:
+    """The reopened runlog: drops ``run_started`` and the re-driven steps' events (already in
+    the log), writing ``run_resumed`` in place of the former; passes everything else on."""
+
+    def __init__(self, inner: RunLog, plan: ResumePlan, state: ReplayState) -> None:
+        self._inner, self._plan, self._state = inner, plan, state
+        self._artifacts = deque(
+            str(e["artifact"])
+            for e in plan.events
+            if e.get("kind") == "tool_result" and e.get("artifact")
+        )
+
+    @property
+    def location(self) -> str | None:
+        return self._inner.location
+
+    def emit(self, kind: str, data: Mapping[str, Any]) -> None:
+        if kind == "run_started":
+            resumed = {
+                "from_step": self._plan.completed + 1,
+                "reason": self._plan.reason,
+                "limits": data.get("limits"),
+            }
+            self._inner.emit("run_resumed", resumed)
+            return
+        step = data.get("step")
+        if kind in _STEP_KINDS and isinstance(step, int) and step <= self._plan.completed:
+            return
+        self._inner.emit(kind, data)
+
+    def save_artifact(self, name: str, content: str) -> str:
+        if self._state.step <= self._plan.completed and self._artifacts:
+            return self._artifacts.popleft()  # saved when the step first ran
+        return self._inner.save_artifact(name, content)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+async def resume_task(
+    plan: ResumePlan,
+    *,
+    pack: Pack,
+    chat: ChatClient | None,
+    runlog: RunLog,
+    workspace: Path,
+    run_dir: Path | None = None,
+    sandbox: SandboxSettings | None = None,
+    cancel: Any = None,
+    protected: tuple[Path, ...] = (),
+    on_delta: DeltaSink | None = None,
+    prices: Prices | None = None,
+    start_error: FabricError | None = None,
+) -> RunResult:
+    """Continue the run ``plan`` describes, appending to ``runlog`` (the run's own log,
+    reopened). ``chat`` is the live model client; ``run_dir`` (the run's folder) lets a cut
+    tool output come back whole from its artifact, as it did the first time."""
+    recording = Recording(plan.events)
+    state = ReplayState()
+    recorded = recorded_tools(recording, pack, state=state, run_dir=run_dir)
+    tools: list[Tool] = [
+        _ResumingTool(live, rec, plan.completed, state)
+        for live, rec in zip(pack.tools, recorded, strict=True)
+    ]
+    resumed_pack = Pack(
+        name=pack.name,
+        description=pack.description,
+        system_prompt=pack.system_prompt,
+        tools=tools,
+        finish_schema=pack.finish_schema,
+        finish_description=pack.finish_description,
+        model=pack.model,
+        sandbox=pack.sandbox,
+        finish_model=pack.finish_model,
+    )
+    resuming = (
+        _ResumingChat(ReplayChatClient(recording, state), chat, plan.completed, state)
+        if chat is not None
+        else None
+    )
+    return await execute_task(
+        str(plan.started.get("task", "")),
+        pack=resumed_pack,
+        chat=resuming,
+        runlog=_ResumingRunLog(runlog, plan, state),
+        run_id=plan.run_id,
+        workspace=workspace,
+        sandbox=sandbox,
+        limits=plan.limits,
+        cancel=cancel,
+        protected=protected,
+        on_delta=on_delta,
+        prices=prices,
+        start_error=start_error,
+    )
+
+
+__all__ = ["ResumePlan", "plan_resume", "resume_task"]

@@ -1,0 +1,124 @@
+"""Resuming a run in process: more steps for a run that hit max_steps, a torn last line, and
+runs that cannot be resumed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import kinds, read_events
+
+from fabric.application.replay import Recording, replay
+from fabric.application.resume import plan_resume
+from fabric.config.loader import load_config
+from fabric.domain.errors import ConfigError
+from fabric.domain.models import ChatResponse, Message
+from fabric.infrastructure.runlog import JsonlRunLog
+from fabric.interfaces.cli.render import read_runlog
+from fabric.interfaces.compose import build_runner
+from fabric.testing import FunctionChatClient, MemoryRunLog, tool_call
+
+CONFIG = """
+version: 1
+llm: {models: {default: m}}
+runs_dir: runs
+packs:
+  engineering: {builder: packs.engineering:build}
+"""
+
+
+class Model:
+    """Appends one line a step; calls finish_task at ``finish_at``; counts its calls."""
+
+    def __init__(self, finish_at: int) -> None:
+        self.finish_at = finish_at
+        self.steps: list[int] = []
+
+    def __call__(self, model: str) -> FunctionChatClient:
+        async def answer(
+            messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+        ) -> ChatResponse:
+            step = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+            self.steps.append(step)
+            if step >= self.finish_at:
+                return tool_call("finish_task", summary="done")
+            return tool_call("write_file", path="log.txt", content=f"{step}\n", append=True)
+
+        return FunctionChatClient(answer, model=model)
+
+
+def _runner(tmp_path: Path, model: Model) -> Any:
+    (tmp_path / "fabric.yaml").write_text(CONFIG)
+    return build_runner(load_config(tmp_path / "fabric.yaml"), chat_factory=model)
+
+
+def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: Path) -> None:
+    model = Model(finish_at=4)
+    runner = _runner(tmp_path, model)
+    first = asyncio.run(runner.run("engineering", "log", workspace=workspace, max_steps=2))
+    assert first.status.value == "max_steps"
+    path = Path(str(first.runlog_path))
+    events = read_events(path)
+    with pytest.raises(ConfigError, match="--max-steps above 2"):
+        plan_resume(events)
+    result = asyncio.run(runner.resume(events, path, max_steps=5))
+    assert result.status.value == "completed", result.error
+    assert result.run_id == first.run_id and result.steps == 4
+    assert model.steps == [1, 2, 3, 4]
+    assert (workspace / "log.txt").read_text() == "1\n2\n3\n"
+    after = read_events(path)
+    assert [e["seq"] for e in after] == list(range(len(after)))
+    assert kinds(after)[len(events) - 1 : len(events) + 1] == ["run_finished", "run_resumed"]
+    assert after[len(events)]["from_step"] == 3 and after[len(events)]["reason"] == "max_steps"
+    assert after[-1]["kind"] == "run_finished" and after[-1]["status"] == "completed"
+    # usage counts the steps fed back from the log too
+    assert after[-1]["usage"]["total_tokens"] == 4 * 15
+    # the log of a resumed run still replays as one run of four steps
+    assert len(Recording(after).steps) == 4
+    assert after[len(events)]["limits"]["max_steps"] == 5
+    report = asyncio.run(
+        replay(
+            after,
+            pack=runner.pack("engineering").pack,
+            runlog=MemoryRunLog(),
+            run_id="again",
+            workspace=workspace,
+        )
+    )
+    assert report.identical, report.divergence
+    # a completed run cannot be resumed
+    with pytest.raises(ConfigError, match="already ended"):
+        plan_resume(after)
+
+
+def test_a_half_done_step_and_a_torn_line_are_redone(tmp_path: Path, workspace: Path) -> None:
+    model = Model(finish_at=3)
+    runner = _runner(tmp_path, model)
+    first = asyncio.run(runner.run("engineering", "log", workspace=workspace, max_steps=2))
+    path = Path(str(first.runlog_path))
+    lines = path.read_text().splitlines(keepends=True)
+    # cut the log after step 2's tool_call: its result and the end are lost, a line is torn
+    cut = next(i for i, line in enumerate(lines) if '"tool_call"' in line and '"step":2' in line)
+    path.write_text("".join(lines[: cut + 1]) + '{"v":1,"seq":')
+    (workspace / "log.txt").write_text("1\n")  # step 2's write never happened
+    events, problems = read_runlog(path)
+    assert problems and "torn" in problems[0]
+    assert plan_resume(events).completed == 1
+    result = asyncio.run(runner.resume(events, path, max_steps=5))
+    assert result.status.value == "completed", result.error
+    assert model.steps == [1, 2, 2, 3]
+    assert (workspace / "log.txt").read_text() == "1\n2\n"
+    after = read_events(path)
+    assert [e["seq"] for e in after] == list(range(len(after)))
+    assert after[cut + 1]["kind"] == "run_resumed" and after[cut + 1]["from_step"] == 2
+    assert len(Recording(after).steps) == 3
+
+
+def test_reopen_needs_a_complete_line(tmp_path: Path) -> None:
+    path = tmp_path / "runlog.jsonl"
+    path.write_text('{"v":1,"se')
+    with pytest.raises(ConfigError):
+        JsonlRunLog.reopen(path)
