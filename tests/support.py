@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +38,19 @@ def assert_valid_runlog(source: Path | str | list[dict[str, Any]]) -> list[dict[
 
 def kinds(events: list[dict[str, Any]]) -> list[str]:
     return [e["kind"] for e in events]
+
+
+def write(folder: Path, text: str, name: str = "fabric.yaml") -> Path:
+    """Write a (dedented) config or source file; returns its path."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), "utf-8")
+    return path
+
+
+def line_of(path: Path, needle: str) -> int:
+    """1-based number of the first line of ``path`` containing ``needle``."""
+    for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+        if needle in line:
+            return number
+    raise AssertionError(f"{needle!r} not in {path}")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
+from support import line_of, write
 
 from fabric.config.loader import PACKAGED, LoadedConfig, load_config
 from fabric.config.schema import OpenAIBackend, SandboxSettings
@@ -13,20 +13,6 @@ from fabric.domain.errors import ConfigError
 from fabric.infrastructure.llm.backends import api_key
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def write(folder: Path, text: str, name: str = "fabric.yaml") -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(text), "utf-8")
-    return path
-
-
-def line_of(path: Path, needle: str) -> int:
-    """1-based number of the first line of ``path`` containing ``needle``."""
-    for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
-        if needle in line:
-            return number
-    raise AssertionError(f"{needle!r} not in {path}")
 
 
 def config_error(path: Path | None = None) -> str:

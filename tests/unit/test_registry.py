@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import assert_valid_runlog, kinds
+from support import assert_valid_runlog, kinds, line_of, write
 
 from fabric.config.loader import LoadedConfig, load_config
 from fabric.domain.errors import ConfigError, PackError
@@ -29,20 +28,6 @@ def _isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in set(sys.modules) - before:
         if name == "packs" or name.startswith("packs.") or name.startswith("userpack"):
             del sys.modules[name]
-
-
-def write(folder: Path, text: str, name: str = "fabric.yaml") -> Path:
-    path = folder / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text), "utf-8")
-    return path
-
-
-def line_of(path: Path, needle: str) -> int:
-    for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
-        if needle in line:
-            return number
-    raise AssertionError(f"{needle!r} not in {path}")
 
 
 def load(folder: Path, text: str) -> LoadedConfig:

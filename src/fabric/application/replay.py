@@ -11,6 +11,7 @@ the step count, status and payload are compared too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -379,17 +380,7 @@ async def replay(
     tools = (
         list(pack.tools) if live else recorded_tools(recording, pack, state=state, run_dir=run_dir)
     )
-    replay_pack = Pack(
-        name=pack.name,
-        description=pack.description,
-        system_prompt=pack.system_prompt,
-        tools=tools,
-        finish_schema=pack.finish_schema,
-        finish_description=pack.finish_description,
-        model=pack.model,
-        sandbox=pack.sandbox,
-        finish_model=pack.finish_model,
-    )
+    replay_pack = dataclasses.replace(pack, tools=tools)
     if limits is None:
         limits = Limits.model_validate(recording.limits)
     result = await execute_task(

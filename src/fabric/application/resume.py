@@ -12,6 +12,7 @@ re-driven steps (they are in the log already), writes ``run_resumed`` and passes
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -234,17 +235,7 @@ async def resume_task(
         _ResumingTool(live, rec, plan.completed, state)
         for live, rec in zip(pack.tools, recorded, strict=True)
     ]
-    resumed_pack = Pack(
-        name=pack.name,
-        description=pack.description,
-        system_prompt=pack.system_prompt,
-        tools=tools,
-        finish_schema=pack.finish_schema,
-        finish_description=pack.finish_description,
-        model=pack.model,
-        sandbox=pack.sandbox,
-        finish_model=pack.finish_model,
-    )
+    resumed_pack = dataclasses.replace(pack, tools=tools)
     resuming = (
         _ResumingChat(ReplayChatClient(recording, state), chat, plan.completed, state)
         if chat is not None
