@@ -166,25 +166,13 @@ class Runner:
                 f"workspace {folder} is not a folder", hint="pass an existing --workspace"
             )
         limits = _limits(loaded_pack.settings.limits, max_steps)
-        resolution: Resolution | None = None
-        unresolved: FabricError | None = None
-        if self.chat_factory is None:
-            try:
-                resolution = await self.resolve(pack_name, backend=backend, model=model)
-            except ConfigError:
-                raise
-            except Exception as exc:  # recorded as a failed run, with its runlog
-                unresolved = _setup_error(exc)
+        resolution, unresolved = await self._try_resolve(pack_name, backend, model)
         runlog = self._runlog(run_id or new_run_id(), observers)
         chat: ChatClient | None = None
         try:
-            if self.chat_factory is not None:
-                chat = self.chat_factory(self.model_for(loaded_pack, model))
-            elif resolution is not None:
-                try:  # e.g. the embedded model server fails to start
-                    chat = await self._chat(resolution, runlog)
-                except Exception as exc:
-                    unresolved = _setup_error(exc)
+            chat, unresolved = await self._open_chat(
+                loaded_pack, model, resolution, unresolved, runlog
+            )
             return await execute_task(
                 task,
                 pack=loaded_pack.pack,
@@ -231,28 +219,16 @@ class Runner:
             )
         model = started.get("model") or None
         backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
-        resolution: Resolution | None = None
-        unresolved: FabricError | None = None
-        if self.chat_factory is None:
-            try:
-                resolution = await self.resolve(pack_name, backend=backend, model=model)
-            except ConfigError:
-                raise
-            except Exception as exc:
-                unresolved = _setup_error(exc)
+        resolution, unresolved = await self._try_resolve(pack_name, backend, model)
         try:
             runlog = JsonlRunLog.reopen(path, *observers)
         except OSError as exc:
             raise ConfigError(f"cannot append to {path}: {exc}") from exc
         chat: ChatClient | None = None
         try:
-            if self.chat_factory is not None:
-                chat = self.chat_factory(self.model_for(loaded_pack, model))
-            elif resolution is not None:
-                try:
-                    chat = await self._chat(resolution, runlog)
-                except Exception as exc:
-                    unresolved = _setup_error(exc)
+            chat, unresolved = await self._open_chat(
+                loaded_pack, model, resolution, unresolved, runlog
+            )
             return await resume_task(
                 plan,
                 pack=loaded_pack.pack,
@@ -272,6 +248,39 @@ class Runner:
             if chat is not None:
                 with contextlib.suppress(Exception):
                     await chat.aclose()
+
+    async def _try_resolve(
+        self, pack_name: str, backend: str | None, model: str | None
+    ) -> tuple[Resolution | None, FabricError | None]:
+        """The run's model, or why none could be found (recorded as a failed run, with its
+        runlog; configuration errors are raised). Skipped when a chat factory is injected."""
+        if self.chat_factory is not None:
+            return None, None
+        try:
+            return await self.resolve(pack_name, backend=backend, model=model), None
+        except ConfigError:
+            raise
+        except Exception as exc:
+            return None, _setup_error(exc)
+
+    async def _open_chat(
+        self,
+        loaded_pack: LoadedPack,
+        model: str | None,
+        resolution: Resolution | None,
+        unresolved: FabricError | None,
+        runlog: RunLog,
+    ) -> tuple[ChatClient | None, FabricError | None]:
+        """The run's chat client, or why it could not be set up (e.g. the embedded model
+        server failed to start)."""
+        if self.chat_factory is not None:
+            return self.chat_factory(self.model_for(loaded_pack, model)), None
+        if resolution is None:
+            return None, unresolved
+        try:
+            return await self._chat(resolution, runlog), None
+        except Exception as exc:
+            return None, _setup_error(exc)
 
     def _runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:
         try:
