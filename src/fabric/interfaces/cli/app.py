@@ -16,8 +16,11 @@ import typer
 from fabric.domain.errors import FabricError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from fabric.config.loader import LoadedConfig
     from fabric.domain.models import RunResult
+    from fabric.interfaces.compose import Runner
 
 app = typer.Typer(
     name="fabric",
@@ -90,13 +93,12 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
 ) -> None:
     """Run a task with a pack, show each step, print the result and the runlog path."""
-    import asyncio
 
-    from fabric.domain.errors import ConfigError, ModelError
+    from fabric.domain.errors import ConfigError
     from fabric.infrastructure.runlog import new_run_id
     from fabric.interfaces.compose import build_runner
 
-    from .render import Progress, describe_failure, print_result
+    from .render import Progress
 
     loaded = _load(config, as_json)
     name = pack or loaded.config.default_pack
@@ -113,19 +115,34 @@ def run(
     runner = build_runner(loaded, on_status=None if quiet else _status)
     run_id = new_run_id()
 
+    started = runner.run(
+        name,
+        task,
+        model=model,
+        backend=backend,
+        workspace=workspace,
+        max_steps=max_steps,
+        run_id=run_id,
+        observers=(progress,) if progress else (),
+        on_delta=progress.delta if progress else None,
+    )
+    # with progress lines on, they have already said why a run failed
+    _drive(runner, started, runner.runs_dir / run_id / "runlog.jsonl", as_json, explain=quiet)
+
+
+def _drive(
+    runner: Runner, started: Awaitable[RunResult], runlog: Path, as_json: bool, *, explain: bool
+) -> NoReturn:
+    """Run (or resume) to the end, print the result, exit 0 done / 1 not done / 2 usage."""
+    import asyncio
+
+    from fabric.domain.errors import ConfigError, ModelError
+
+    from .render import describe_failure, print_result
+
     async def go() -> RunResult:
         try:
-            return await runner.run(
-                name,
-                task,
-                model=model,
-                backend=backend,
-                workspace=workspace,
-                max_steps=max_steps,
-                run_id=run_id,
-                observers=(progress,) if progress else (),
-                on_delta=progress.delta if progress else None,
-            )
+            return await started
         finally:
             await runner.aclose()
 
@@ -136,10 +153,10 @@ def run(
     except ModelError as exc:  # no backend or model could be found: nothing ran
         _fail(exc, as_json=as_json, code=1)
     except KeyboardInterrupt:
-        typer.echo(f"\ncancelled; runlog: {runner.runs_dir / run_id / 'runlog.jsonl'}", err=True)
+        typer.echo(f"\ncancelled; runlog: {runlog}", err=True)
         raise typer.Exit(1) from None
     print_result(result, as_json=as_json)
-    if quiet and not result.succeeded:  # the progress lines would have said why
+    if explain and not result.succeeded:
         typer.echo(describe_failure(result), err=True)
     raise typer.Exit(0 if result.succeeded else 1)
 
@@ -319,12 +336,11 @@ def resume(
 ) -> None:
     """Continue an interrupted run (or one that hit its step limit, with a higher --max-steps)
     in the same runlog and workspace; completed steps are not sent to the model again."""
-    import asyncio
 
-    from fabric.domain.errors import ConfigError, ModelError
+    from fabric.domain.errors import ConfigError
     from fabric.interfaces.compose import build_runner
 
-    from .render import Progress, describe_failure, find_runlog, print_result, read_runlog
+    from .render import Progress, find_runlog, read_runlog
 
     loaded = _load(config, as_json)
     try:
@@ -337,31 +353,10 @@ def resume(
     progress = Progress(sys.stderr, live=sys.stderr.isatty())
     runner = build_runner(loaded, on_status=_status)
 
-    async def go() -> RunResult:
-        try:
-            return await runner.resume(
-                events,
-                path,
-                max_steps=max_steps,
-                observers=(progress,),
-                on_delta=progress.delta,
-            )
-        finally:
-            await runner.aclose()
-
-    try:
-        result = asyncio.run(go())
-    except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
-    except ModelError as exc:
-        _fail(exc, as_json=as_json, code=1)
-    except KeyboardInterrupt:
-        typer.echo(f"\ncancelled; runlog: {path}", err=True)
-        raise typer.Exit(1) from None
-    print_result(result, as_json=as_json)
-    if not result.succeeded and as_json:
-        typer.echo(describe_failure(result), err=True)
-    raise typer.Exit(0 if result.succeeded else 1)
+    started = runner.resume(
+        events, path, max_steps=max_steps, observers=(progress,), on_delta=progress.delta
+    )
+    _drive(runner, started, path, as_json, explain=as_json)
 
 
 def main() -> None:
