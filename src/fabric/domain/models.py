@@ -8,6 +8,7 @@ their edge.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,20 @@ class ToolCall:
     arguments: dict[str, Any] | None
     raw_arguments: str = ""
     arguments_error: str | None = None
+
+
+def content_text(content: Any) -> str:
+    """A history message's content as plain text (for providers that take text only): a
+    string as is, the text parts of a list of content parts joined, anything else as JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text") or "") for p in content if isinstance(p, Mapping) and "text" in p
+        )
+    return json.dumps(content)
 
 
 def assistant_message(content: str | None, calls: Sequence[ToolCall] = ()) -> Message:

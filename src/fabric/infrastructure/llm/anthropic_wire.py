@@ -10,13 +10,12 @@ another backend can carry on with it.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fabric.domain.arguments import parse_arguments
-from fabric.domain.models import ChatResponse, Message, Usage, assistant_message
+from fabric.domain.models import ChatResponse, Message, Usage, assistant_message, content_text
 
 from .anthropic_stream import Reply
 
@@ -38,7 +37,7 @@ def to_anthropic_messages(messages: Sequence[Message]) -> tuple[str, list[dict[s
     awaiting: set[str] = set()  # tool_use ids of the last assistant turn without a result yet
     for message in messages:
         role = message.get("role")
-        text = _text(message.get("content"))
+        text = content_text(message.get("content"))
         if role in ("system", "developer"):
             if text.strip():
                 system.append(text)
@@ -125,16 +124,3 @@ def _safe_id(value: Any, index: int) -> str:
     """A tool call id the API accepts (letters, digits, ``_`` and ``-``), the same on the
     tool_use and its tool_result."""
     return _ID_UNSAFE.sub("_", str(value or "")) or f"call_{index}"
-
-
-def _text(content: Any) -> str:
-    """Message content as text: a string, or the text parts of a list of content parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text") or "") for p in content if isinstance(p, Mapping) and "text" in p
-        )
-    return json.dumps(content)

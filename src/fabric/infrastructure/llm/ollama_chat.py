@@ -33,6 +33,7 @@ from fabric.domain.models import (
     ToolCall,
     Usage,
     assistant_message,
+    content_text,
 )
 
 from .http import encode_json, model_client
@@ -189,7 +190,7 @@ def to_ollama_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
-        item: dict[str, Any] = {"role": role, "content": _as_text(message.get("content"))}
+        item: dict[str, Any] = {"role": role, "content": content_text(message.get("content"))}
         if role == "assistant" and message.get("tool_calls"):
             item["tool_calls"] = [_call_out(call, names) for call in message["tool_calls"]]
         elif role == "tool":
@@ -209,18 +210,6 @@ def _call_out(call: Any, names: dict[str, str]) -> dict[str, Any]:
     arguments, _, _ = parse_arguments(function.get("arguments"))
     # Ollama reads arguments as an object; what was not one was already reported to the model
     return {"function": {"name": name, "arguments": arguments if arguments is not None else {}}}
-
-
-def _as_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p
-        )
-    return json.dumps(content)
 
 
 def truncation_warning(
