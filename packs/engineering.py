@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from fabric.application.pack import Pack
+from fabric.config.policy import PolicyRule, PolicySettings
 from fabric.config.schema import PackSettings, SandboxSettings
 from fabric.infrastructure.tools.function_tool import json_schema_of
 from fabric.infrastructure.tools.library import library_tools
@@ -18,6 +19,19 @@ with shell. Paths are relative to the workspace root. shell runs one allowed pro
 arguments; there is no shell syntax (no pipes, ';', '&&' or redirections).
 When the task is done, or cannot be done, call finish_task with a short summary, the files you
 created or changed, and any next steps. Never claim a check passed unless you ran it."""
+
+
+DEFAULT_POLICY = PolicySettings(
+    rules=[
+        # git -c / --config-env set config for one command: core.pager, core.sshCommand or an
+        # alias would run any program, past the allowlist
+        PolicyRule(tool="shell", command="git ** -c* **", verdict="deny"),
+        PolicyRule(tool="shell", command="git ** --config-env* **", verdict="deny"),
+        # publishing leaves the machine: a person says yes first
+        PolicyRule(tool="shell", command="git ** push **", verdict="ask"),
+    ]
+)
+"""What the engineering pack asks about or refuses unless fabric.yaml sets its own policy."""
 
 
 class EngineeringResult(BaseModel):
@@ -46,6 +60,7 @@ class EngineeringSettings(PackSettings):
         default_factory=lambda: SandboxSettings(
             allowed_commands=["python", "python3", "pytest", "ls", "cat", "grep", "git"],
             network=False,
+            policy=DEFAULT_POLICY,
         ),
         description="What the pack's tools may touch.",
     )

@@ -6,6 +6,7 @@ import pytest
 
 from fabric.application.context import ToolContext
 from fabric.config.schema import SandboxSettings
+from fabric.infrastructure.sandbox import command_runner
 
 
 @pytest.fixture(autouse=True)
@@ -31,4 +32,4 @@ def ctx(workspace: Path) -> ToolContext:
     sandbox = SandboxSettings(
         allowed_commands=["python", "python3", "ls", "cat", "git", "sleep"], command_timeout=20
     )
-    return ToolContext("test-run", workspace, sandbox)
+    return ToolContext("test-run", workspace, sandbox, commands=command_runner(sandbox, workspace))

@@ -9,30 +9,48 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
+from fabric.domain.runlog import READABLE_VERSIONS
 from fabric.infrastructure.runlog import schema_path
 
-_VALIDATOR = Draft202012Validator(
-    json.loads(schema_path().read_text("utf-8")), format_checker=FormatChecker()
-)
+VALIDATORS = {
+    version: Draft202012Validator(
+        json.loads(schema_path(version).read_text("utf-8")), format_checker=FormatChecker()
+    )
+    for version in READABLE_VERSIONS
+}
+"""A validator per runlog format version, for the schema of that version."""
 
 
 def read_events(path: Path | str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text("utf-8").splitlines() if line]
 
 
-def assert_valid_runlog(source: Path | str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every line validates against the published schema; seq runs 0..n-1 with one run_id;
-    the log opens with run_started and closes with run_finished. Returns the events."""
+def assert_valid_runlog(
+    source: Path | str | list[dict[str, Any]], *, finished: bool = True
+) -> list[dict[str, Any]]:
+    """Every line validates against the published schema of its format version (``v``); seq
+    runs 0..n-1 with one run_id; the log opens with run_started and (unless ``finished`` is
+    False: a killed run) closes with run_finished. A resumed run may hold an earlier
+    run_finished, each one then followed by run_resumed. Returns the events."""
     events = source if isinstance(source, list) else read_events(source)
     assert events, "the runlog is empty"
     for event in events:
-        errors = [e.message for e in _VALIDATOR.iter_errors(event)]
+        validator = VALIDATORS.get(event.get("v"))  # type: ignore[arg-type]
+        assert validator, f"line {event.get('seq')}: unknown format version {event.get('v')}"
+        errors = [e.message for e in validator.iter_errors(event)]
         assert not errors, f"line {event.get('seq')} ({event.get('kind')}) invalid: {errors}"
+    versions = [e["v"] for e in events]
+    assert versions == sorted(versions), "a later line has an older format version"
     assert [e["seq"] for e in events] == list(range(len(events)))
     assert len({e["run_id"] for e in events}) == 1
-    assert events[0]["kind"] == "run_started"
-    assert events[-1]["kind"] == "run_finished"
-    assert [e["kind"] for e in events].count("run_finished") == 1
+    kinds_ = kinds(events)
+    assert kinds_[0] == "run_started" and kinds_.count("run_started") == 1
+    ends = [i for i, kind in enumerate(kinds_) if kind == "run_finished"]
+    if finished:
+        assert ends and ends[-1] == len(events) - 1, "the runlog does not end with run_finished"
+        ends = ends[:-1]
+    for end in ends:  # an earlier end was continued by `fabric resume`
+        assert kinds_[end + 1 : end + 2] == ["run_resumed"], f"line {end} ends the run early"
     return events
 
 

@@ -19,7 +19,7 @@ def _started(log: JsonlRunLog) -> None:
     log.emit(
         "run_started",
         {"pack": "p", "task": "t", "model": "m", "workspace": "/w", "limits": {}, "sandbox": {},
-         "system_prompt": "s", "finish_schema": {"type": "object"}},
+         "system_prompt": "s", "finish_schema": {"type": "object"}, "confinement": None},
     )  # fmt: skip
 
 

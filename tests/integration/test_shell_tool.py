@@ -1,25 +1,28 @@
-"""The shell tool with real processes: allowlist, no shell, process-group kill, scrubbed
-environment, closed stdin, output caps. No assertion depends on how fast the machine is; the
-only time bounds are generous guards that turn a hang into a failure."""
+"""The shell tool with real processes: allowlist, no shell, everything killed on timeout, exit
+and cancellation (under every backend), scrubbed environment, closed stdin, output caps. No
+assertion depends on how fast the machine is; the only time bounds are generous guards that
+turn a hang into a failure. Processes are judged from the host's /proc, found by a word in
+their command line, never by a pid the confined program printed."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shlex
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sandbox.host import all_backends, kill_token, new_token, wait_gone
 
 from fabric.application.context import ToolContext
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError, ToolError
+from fabric.infrastructure.sandbox import command_runner
 from fabric.infrastructure.tools.shell import scrubbed_env, shell
 
 GUARD = 30.0
@@ -38,46 +41,55 @@ def py(code: str, *args: str) -> str:
     return shlex.join(["python", "-c", code, *args])
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting to be reaped counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+BACKENDS = all_backends()
+"""Every backend this machine offers (bwrap, landlock) and none: the process handling is the
+same launcher under each."""
 
 
-def wait_dead(pid: int) -> bool:
-    """SIGKILL is asynchronous: give the kernel a moment to finish the process off."""
-    for _ in range(100):
-        if not alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
+def backend_ctx(workspace: Path, backend: str = "auto", **settings: Any) -> ToolContext:
+    """A tool context whose commands run under ``backend``."""
+    settings.setdefault("allowed_commands", ["python", "sleep"])
+    sandbox = SandboxSettings(confinement=backend, **settings)  # type: ignore[arg-type]
+    return ToolContext("t", workspace, sandbox, commands=command_runner(sandbox, workspace))
 
 
 @pytest.fixture
-def leftover_pids() -> Iterator[list[int]]:
-    """Processes a test started (indirectly) and must not leave behind, even if it fails."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+def token() -> Iterator[str]:
+    """A word in the command line of every process a test starts, so the host can find them
+    in its own /proc (a pid printed inside bubblewrap's pid namespace means nothing out
+    here); whatever a failing test leaves behind is killed by it."""
+    word = new_token()
+    yield word
+    kill_token(word)
 
 
-def read_pid(path: Path) -> int:
-    for _ in range(200):
-        if path.exists() and path.read_text().strip():
-            return int(path.read_text())
-        time.sleep(0.05)
-    raise AssertionError(f"{path} was never written")
+def assert_nothing_left(workspace: Path, token: str) -> None:
+    """No process holding ``token`` runs on the host, and the heartbeat file the children left
+    behind kept writing has stopped growing."""
+    left = wait_gone(token)
+    assert not left, f"processes outlived the command: {left}"
+    heartbeat = workspace / "heartbeat"
+    assert heartbeat.exists(), "the child never started, so the test proves nothing"
+    size = heartbeat.stat().st_size
+    time.sleep(0.3)
+    assert heartbeat.stat().st_size == size, "something still writes the heartbeat"
+
+
+def spawner(token: str, *, then: str = "time.sleep(300)") -> str:
+    """A command line: python starts two children that append to ``heartbeat`` in the
+    workspace every 50 ms, one in its process group and one in a session of its own (setsid
+    takes it out of the group kill), waits for the first beat, prints 'started' and then
+    runs ``then``."""
+    beat = "import time\nwhile True:\n    open('heartbeat', 'a').write('.')\n    time.sleep(0.05)"
+    code = (
+        "import os, subprocess, sys, time\n"
+        "for alone in (False, True):\n"
+        f"    subprocess.Popen([sys.executable, '-c', {beat!r}, sys.argv[1]], "
+        "start_new_session=alone)\n"
+        "while not os.path.exists('heartbeat'):\n    time.sleep(0.01)\n"
+        f"print('started', flush=True)\n{then}\n"
+    )
+    return py(code, token)
 
 
 # --- running programs -----------------------------------------------------------------------
@@ -135,7 +147,7 @@ def test_no_allowed_commands_names_the_setting(workspace: Path) -> None:
 
 
 def test_allowed_but_missing_program(workspace: Path) -> None:
-    ctx = ToolContext("t", workspace, SandboxSettings(allowed_commands=["no-such-program-xyz"]))
+    ctx = backend_ctx(workspace, allowed_commands=["no-such-program-xyz"])
     with pytest.raises(ToolError, match="not installed"):
         run(shell(ctx, "no-such-program-xyz --help"))
 
@@ -201,29 +213,22 @@ def test_unquoted_shell_operators_are_just_words(ctx: ToolContext, workspace: Pa
 
 # --- timeouts and process groups ------------------------------------------------------------
 
-SPAWN_AND_WAIT = """
-import subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"])
-open("grandchild.pid", "w").write(str(child.pid))
-print("started", flush=True)
-time.sleep(300)
-"""
 
-
-def test_timeout_kills_the_whole_process_group(
-    ctx: ToolContext, workspace: Path, leftover_pids: list[int]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_timeout_kills_everything_the_command_started(
+    workspace: Path, token: str, backend: str
 ) -> None:
-    out = run(shell(ctx, py(SPAWN_AND_WAIT), timeout=1))
-    grandchild = read_pid(workspace / "grandchild.pid")
-    leftover_pids.append(grandchild)
-    assert out.startswith("[killed after 1s timeout]\n")
+    """Both the child in the process group and the one in its own session die: the launcher
+    is a child subreaper (or bubblewrap's pid namespace ends), and the cgroup is killed."""
+    ctx = backend_ctx(workspace, backend, command_timeout=20)
+    out = run(shell(ctx, spawner(token), timeout=3))
+    assert out.startswith("[killed after 3s timeout]\n")
     assert "started" in out  # what it printed before the kill is kept
-    assert wait_dead(grandchild), "the grandchild outlived the timeout"
+    assert_nothing_left(workspace, token)
 
 
 def test_timeout_is_capped_by_the_sandbox_limit(workspace: Path) -> None:
-    sandbox = SandboxSettings(allowed_commands=["python"], command_timeout=1)
-    ctx = ToolContext("t", workspace, sandbox)
+    ctx = backend_ctx(workspace, allowed_commands=["python"], command_timeout=1)
     out = run(shell(ctx, py("import time; time.sleep(300)"), timeout=1000))
     assert out.startswith("[killed after 1s timeout]")
 
@@ -236,51 +241,34 @@ def test_a_timeout_that_would_never_expire_or_is_already_over_is_refused(
         run(shell(ctx, "ls", timeout=timeout))
 
 
-def test_background_child_holding_the_output_does_not_hang_the_tool(
-    ctx: ToolContext, workspace: Path, leftover_pids: list[int]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_children_left_behind_holding_the_output_neither_hang_the_tool_nor_survive(
+    workspace: Path, token: str, backend: str
 ) -> None:
-    code = (
-        "import subprocess; p = subprocess.Popen(['sleep', '300']); "
-        "open('bg.pid', 'w').write(str(p.pid)); print('parent done')"
-    )
-    out = run(shell(ctx, py(code)))
-    background = read_pid(workspace / "bg.pid")
-    leftover_pids.append(background)
-    assert out == "[exit code 0]\nparent done\n"
-    assert wait_dead(background), "a child left behind by the program kept running"
+    """The program exits at once, leaving children that hold the output open: the tool still
+    returns (output goes to a file, not a pipe), and the children are killed."""
+    ctx = backend_ctx(workspace, backend, command_timeout=20)
+    out = run(shell(ctx, spawner(token, then="print('parent done')")))
+    assert out == "[exit code 0]\nstarted\nparent done\n"
+    assert_nothing_left(workspace, token)
 
 
-def test_a_child_in_its_own_session_cannot_make_the_tool_wait(
-    ctx: ToolContext, workspace: Path, leftover_pids: list[int]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cancelling_the_tool_kills_everything_it_started(
+    workspace: Path, token: str, backend: str
 ) -> None:
-    """setsid() takes a child out of the process group, so it survives the group kill, but it
-    still must not keep the tool from returning (output goes to a file, not a pipe)."""
-    code = (
-        "import subprocess; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
-        "open('daemon.pid', 'w').write(str(p.pid)); print('parent done')"
-    )
-    out = run(shell(ctx, py(code)))
-    leftover_pids.append(read_pid(workspace / "daemon.pid"))
-    assert out == "[exit code 0]\nparent done\n"
-
-
-def test_cancelling_the_tool_kills_the_process_group(
-    ctx: ToolContext, workspace: Path, leftover_pids: list[int]
-) -> None:
-    pid_file = workspace / "grandchild.pid"
+    ctx = backend_ctx(workspace, backend, command_timeout=20)
 
     async def cancel_midway() -> None:
-        task = asyncio.create_task(shell(ctx, py(SPAWN_AND_WAIT)))
-        while not (pid_file.exists() and pid_file.read_text()):
+        task = asyncio.create_task(shell(ctx, spawner(token)))
+        while not (workspace / "heartbeat").exists():
             await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(asyncio.wait_for(cancel_midway(), GUARD))
-    grandchild = read_pid(pid_file)
-    leftover_pids.append(grandchild)
-    assert wait_dead(grandchild)
+    assert_nothing_left(workspace, token)
 
 
 # --- environment, stdin, output -------------------------------------------------------------
@@ -317,7 +305,8 @@ def test_env_passthrough_passes_ordinary_names_only(
     monkeypatch.setenv("PLAIN_SETTING", "yes")
     monkeypatch.setenv("MY_SECRET_TOKEN", "tok-789")
     sandbox = SandboxSettings(allowed_commands=["python"], env_passthrough=["PLAIN_SETTING"])
-    assert child_env(ToolContext("t", workspace, sandbox))["PLAIN_SETTING"] == "yes"
+    ctx = ToolContext("t", workspace, sandbox, commands=command_runner(sandbox, workspace))
+    assert child_env(ctx)["PLAIN_SETTING"] == "yes"
     # config refuses a secret-looking name; the tool drops one even if it got past that
     with pytest.raises(ValueError, match="MY_SECRET_TOKEN"):
         SandboxSettings(env_passthrough=["MY_SECRET_TOKEN"])

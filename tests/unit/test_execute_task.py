@@ -179,6 +179,7 @@ def test_tool_result_goes_back_and_finish_task_ends_the_run(workspace: Path) -> 
         "llm_request",
         "llm_response",
         "tool_call",
+        "policy_decision",
         "tool_result",
         "llm_request",
         "llm_response",
@@ -589,7 +590,7 @@ def test_cancelling_the_asyncio_task_logs_the_end_and_propagates(workspace: Path
     asyncio.run(main())
     events = assert_valid_runlog(log.events)
     assert hits == ["run-1"]
-    assert kinds(events)[-2:] == ["tool_call", "run_finished"]
+    assert kinds(events)[-3:] == ["tool_call", "policy_decision", "run_finished"]
     assert finished(events)["status"] == "cancelled" and finished(events)["steps"] == 1
     assert log.closed
 

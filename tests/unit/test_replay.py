@@ -14,9 +14,11 @@ import pytest
 from support import assert_valid_runlog, read_events
 from typer.testing import CliRunner
 
+from fabric.application.approvals import AutoApprover
 from fabric.application.execute_task import execute_task
 from fabric.application.pack import Pack
 from fabric.application.replay import ReplayReport, replay
+from fabric.config.schema import SandboxSettings
 from fabric.domain.models import RunStatus
 from fabric.infrastructure.runlog import JsonlRunLog
 from fabric.infrastructure.tools.function_tool import FunctionTool
@@ -286,3 +288,75 @@ def test_jsonl_runlog_artifacts_come_back_whole(tmp_path: Path) -> None:
         )
     )
     assert report.identical, report.divergence
+
+
+# --- policy decisions and approvals (runlog format 2) ----------------------------------------
+
+
+def _policy(*rules: dict[str, Any], default: str = "allow") -> SandboxSettings:
+    return SandboxSettings.model_validate({"policy": {"default": default, "rules": list(rules)}})
+
+
+def record_with(tmp_path: Path, sandbox: SandboxSettings) -> list[dict[str, Any]]:
+    """The recorded shout run under ``sandbox``'s policy; asks are approved (as --yes)."""
+    chat = ScriptedChatClient(
+        [
+            tool_calls(("shout", {"text": "hi"}), ("shout", {"text": "there"})),
+            tool_call("finish_task", answer="HI THERE"),
+        ]
+    )
+    log = MemoryRunLog("orig-p")
+    asyncio.run(
+        execute_task(
+            "shout hi there", pack=make_pack(Counter()), chat=chat, runlog=log,
+            run_id="orig-p", workspace=tmp_path, sandbox=sandbox,
+            approver=AutoApprover("cli --yes"),
+        )
+    )  # fmt: skip
+    return assert_valid_runlog(log.events)
+
+
+def replay_with(
+    events: list[dict[str, Any]], tmp_path: Path, sandbox: SandboxSettings, counter: Counter
+) -> tuple[ReplayReport, list[dict[str, Any]]]:
+    log = MemoryRunLog("replay-p")
+    report = asyncio.run(
+        replay(
+            events, pack=make_pack(counter), runlog=log, run_id="replay-p",
+            workspace=tmp_path, sandbox=sandbox,
+        )
+    )  # fmt: skip
+    return report, assert_valid_runlog(log.events)
+
+
+def test_a_changed_policy_verdict_is_a_divergence_in_policy(tmp_path: Path) -> None:
+    events = record_with(tmp_path, _policy())
+    assert [e["verdict"] for e in events if e["kind"] == "policy_decision"] == ["allow"] * 2
+    stricter = _policy({"tool": "shout", "verdict": "deny"})
+    report, _ = replay_with(events, tmp_path, stricter, Counter())
+    d = report.divergence
+    assert d is not None
+    assert (d.step, d.field) == (1, "policy")
+    assert json.loads(d.recorded) == "allow (shout, the policy default)"
+    assert json.loads(d.now).startswith("deny (shout, rule: ")
+
+
+def test_recorded_approvals_and_refusals_replay_identically(tmp_path: Path) -> None:
+    sandbox = _policy({"tool": "shout", "verdict": "ask"})
+    asked = record_with(tmp_path, sandbox)
+    assert [e["by"] for e in asked if e["kind"] == "approval"] == ["cli --yes"] * 2
+    counter = Counter()
+    report, replayed = replay_with(asked, tmp_path, sandbox, counter)
+    assert report.identical, report.divergence
+    assert [e["by"] for e in replayed if e["kind"] == "approval"] == ["replay"] * 2
+    assert counter.calls == 0
+
+    refusing = _policy({"tool": "shout", "verdict": "deny"})
+    denied = record_with(tmp_path, refusing)
+    codes = [e["error"]["code"] for e in denied if e["kind"] == "tool_result" and not e["ok"]]
+    assert codes == ["policy_denied"] * 2
+    report, _ = replay_with(denied, tmp_path, refusing, counter)
+    assert report.identical, report.divergence
+    looser = _policy()  # now allowed: the tool would run where it was refused
+    report, _ = replay_with(denied, tmp_path, looser, counter)
+    assert report.divergence is not None and report.divergence.field == "policy"

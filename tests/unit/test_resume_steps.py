@@ -9,17 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import kinds, read_events
+from support import assert_valid_runlog, kinds, read_events
+from test_replay import Counter, make_pack
 
+from fabric.application.execute_task import execute_task
 from fabric.application.replay import Recording, replay
-from fabric.application.resume import plan_resume
+from fabric.application.resume import plan_resume, resume_task
 from fabric.config.loader import load_config
+from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatResponse, Message
+from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from fabric.infrastructure.runlog import JsonlRunLog
 from fabric.interfaces.cli.render import read_runlog
 from fabric.interfaces.compose import build_runner
-from fabric.testing import FunctionChatClient, MemoryRunLog, tool_call
+from fabric.testing import FunctionChatClient, MemoryRunLog, ScriptedChatClient, tool_call
 
 CONFIG = """
 version: 1
@@ -92,6 +96,7 @@ def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: P
     # a completed run cannot be resumed
     with pytest.raises(ConfigError, match="already ended"):
         plan_resume(after)
+    assert_valid_runlog(path)
 
 
 def test_a_half_done_step_and_a_torn_line_are_redone(tmp_path: Path, workspace: Path) -> None:
@@ -115,6 +120,7 @@ def test_a_half_done_step_and_a_torn_line_are_redone(tmp_path: Path, workspace: 
     assert [e["seq"] for e in after] == list(range(len(after)))
     assert after[cut + 1]["kind"] == "run_resumed" and after[cut + 1]["from_step"] == 2
     assert len(Recording(after).steps) == 3
+    assert_valid_runlog(path)
 
 
 def test_reopen_needs_a_complete_line(tmp_path: Path) -> None:
@@ -122,3 +128,53 @@ def test_reopen_needs_a_complete_line(tmp_path: Path) -> None:
     path.write_text('{"v":1,"se')
     with pytest.raises(ConfigError):
         JsonlRunLog.reopen(path)
+
+
+class CountingApprover:
+    """Approves every call and notes which (step, call id) it was asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, str]] = []
+
+    async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+        self.asked.append((request.step, request.call_id))
+        return ApprovalAnswer(True, "http")
+
+
+def test_a_resumed_run_does_not_ask_again_for_the_steps_it_redoes(tmp_path: Path) -> None:
+    rules = [{"tool": "shout", "verdict": "ask"}]
+    sandbox = SandboxSettings.model_validate({"policy": {"rules": rules}})
+    script = [
+        tool_call("shout", text="hi"),
+        tool_call("shout", text="there"),
+        tool_call("finish_task", answer="HI THERE"),
+    ]
+    log = JsonlRunLog(tmp_path / "runs", "asks")
+    first = CountingApprover()
+    asyncio.run(
+        execute_task(
+            "shout", pack=make_pack(Counter()), chat=ScriptedChatClient(script[:1]), runlog=log,
+            run_id="asks", workspace=tmp_path, sandbox=sandbox, approver=first,
+            limits=Limits(max_steps=1),
+        )
+    )  # fmt: skip
+    assert first.asked == [(1, "call_0")]
+    events = read_events(log.path)
+    plan = plan_resume(events, max_steps=5)
+    assert plan.completed == 1
+    second, counter = CountingApprover(), Counter()
+    result = asyncio.run(
+        resume_task(
+            plan, pack=make_pack(counter), chat=ScriptedChatClient(script[1:]),
+            runlog=JsonlRunLog.reopen(log.path), workspace=tmp_path, sandbox=sandbox,
+            approver=second,
+        )
+    )  # fmt: skip
+    assert result.status.value == "completed", result.error
+    assert second.asked == [(2, "call_0")]  # step 1's answer came from the log
+    assert counter.calls == 1  # step 1's shout was not run again
+    after = assert_valid_runlog(log.path)
+    assert [(e["step"], e["by"]) for e in after if e["kind"] == "approval"] == [
+        (1, "http"),
+        (2, "http"),
+    ]

@@ -25,6 +25,7 @@ from fabric.infrastructure.runlog import (
     new_run_id,
     schema_path,
 )
+from fabric.infrastructure.sandbox import command_runner
 from fabric.testing import MockOpenAIServer, completion
 from packs.engineering import EngineeringSettings, build
 
@@ -42,6 +43,7 @@ def started_event() -> dict[str, Any]:
         "sandbox": {},
         "system_prompt": "s",
         "finish_schema": {"type": "object"},
+        "confinement": None,
     }
 
 
@@ -257,7 +259,8 @@ def test_the_schema_is_valid_draft_2020_12_and_ships_with_the_package() -> None:
 @pytest.mark.parametrize(
     ("change", "problem"),
     [
-        ({"v": 2}, "v"),
+        ({"v": FORMAT_VERSION + 1}, "v"),
+        ({"v": 1}, "v"),
         ({"seq": -1}, "seq"),
         ({"ts": "2026-11-22T03:17:07"}, "ts"),
         ({"ts": "2026-11-22 03:17:07Z"}, "ts"),
@@ -271,7 +274,7 @@ def test_the_schema_is_valid_draft_2020_12_and_ships_with_the_package() -> None:
 )
 def test_the_schema_rejects_broken_lines(change: dict[str, Any], problem: str) -> None:
     good = {
-        "v": 1,
+        "v": FORMAT_VERSION,
         "seq": 0,
         "ts": "2026-11-22T03:17:07.057280Z",
         "run_id": "r",
@@ -284,9 +287,10 @@ def test_the_schema_rejects_broken_lines(change: dict[str, Any], problem: str) -
 
 
 def test_the_schema_requires_each_kinds_fields() -> None:
-    base = {"v": 1, "seq": 0, "ts": "2026-11-22T03:17:07Z", "run_id": "r"}
+    base = {"v": FORMAT_VERSION, "seq": 0, "ts": "2026-11-22T03:17:07Z", "run_id": "r"}
     for kind in ["run_started", "llm_request", "llm_response", "tool_call", "tool_result",
-                 "nudge", "run_finished"]:  # fmt: skip
+                 "nudge", "run_finished", "policy_decision", "approval_requested",
+                 "approval"]:  # fmt: skip
         assert list(VALIDATOR.iter_errors({**base, "kind": kind})), kind
 
 
@@ -332,6 +336,7 @@ def test_full_run_against_a_loopback_server_changes_the_workspace(
                 run_id="run-e2e",
                 workspace=workspace,
                 protected=(runs,),
+                commands=command_runner(pack.sandbox, workspace, (runs,)),
             )
         finally:
             await client.aclose()
@@ -348,6 +353,8 @@ def test_full_run_against_a_loopback_server_changes_the_workspace(
     events = assert_valid_runlog(runs / "run-e2e" / "runlog.jsonl")
     assert result.runlog_path == str(runs / "run-e2e" / "runlog.jsonl")
     assert events[0]["model"] == "mock-coder" and events[0]["pack"] == "engineering"
+    confinement = events[0]["confinement"]
+    assert confinement["backend"] in ("bwrap", "landlock") and confinement["network"] is False
     end = events[-1]
     assert end["status"] == "completed" and end["usage"]["total_tokens"] == 180
     tool_results = [e for e in events if e["kind"] == "tool_result"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from fabric.config.schema import SandboxSettings
 
+from .commands import CommandRunner
+
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
@@ -17,3 +19,5 @@ class ToolContext:
     sandbox: SandboxSettings
     protected: tuple[Path, ...] = ()
     """Folders file tools must not write to, even inside the workspace (the runs folder)."""
+    commands: CommandRunner | None = None
+    """Starts processes under the pack's confinement; None for a run that starts none."""

@@ -29,10 +29,12 @@ from fabric.domain.models import (
     Usage,
 )
 
+from .approvals import PolicyGate
+from .commands import CommandRunner
 from .context import ToolContext
 from .cost import Prices, RunCost
 from .pack import FINISH_TOOL, Pack
-from .ports import ChatClient, DeltaSink, RunLog, Tool
+from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
 
 
 class _Stop(Exception):
@@ -66,6 +68,7 @@ class _Run:
     nudged: bool = False
     on_delta: DeltaSink | None = None
     cost: RunCost | None = None
+    gate: PolicyGate | None = None
     _sent: int = 0
 
     def __post_init__(self) -> None:
@@ -158,6 +161,8 @@ class _Run:
             if call.name == FINISH_TOOL:
                 output = self._finish(call.arguments)
             else:
+                if self.gate is not None:  # the policy: allow, ask a person, or deny
+                    await self.gate.check(self.steps, call.id, call.name, call.arguments)
                 output = await self._run_tool(call.name, call.arguments)
             ok, error = True, None
         except _Stop:
@@ -245,6 +250,8 @@ async def execute_task(
     on_delta: DeltaSink | None = None,
     prices: Prices | None = None,
     start_error: FabricError | None = None,
+    commands: CommandRunner | None = None,
+    approver: Approver | None = None,
 ) -> RunResult:
     """Run ``task`` with ``pack`` until it finishes, and return how it ended.
 
@@ -252,16 +259,21 @@ async def execute_task(
     as started and failed with that error, so it has a runlog like every other run.
 
     ``sandbox`` defaults to the pack's own; ``protected`` folders stay read-only for file tools.
+    ``commands`` starts the processes tools ask for (the shell tool), confined by the OS.
+    ``sandbox.policy`` decides each tool call; ``approver`` answers its asks (none: denied).
     ``on_delta`` gets the model's reply as it streams in; with ``prices`` the run's cost is
     counted (a model without a price counts as 0 and is listed in ``run_finished.cost``).
     """
     limits = limits or Limits()
     sandbox = sandbox or pack.sandbox
-    ctx = ToolContext(run_id, workspace, sandbox, tuple(p.resolve() for p in protected))
+    ctx = ToolContext(run_id, workspace, sandbox, tuple(p.resolve() for p in protected), commands)
     if chat is None and start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")
     run = _Run(run_id, pack, chat, runlog, limits, ctx, cancel or asyncio.Event())  # type: ignore[arg-type]
     run.on_delta = on_delta
+    run.gate = PolicyGate(
+        sandbox.policy, approver=approver, log=runlog, run_id=run_id, cancel=run.cancel
+    )
     run.cost = RunCost(prices) if prices is not None else None
     started = time.perf_counter()
     runlog.emit(
@@ -274,6 +286,7 @@ async def execute_task(
             "workspace": str(workspace),
             "limits": limits.model_dump(),
             "sandbox": sandbox.model_dump(),
+            "confinement": dict(commands.confinement) if commands is not None else None,
             "system_prompt": pack.system_prompt,
             "finish_schema": pack.finish_schema,
         },

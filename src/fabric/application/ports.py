@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fabric.domain.models import ChatDelta, ChatResponse, Message, ModelInfo, ToolSpec
+from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from fabric.domain.tasks import TaskRecord
 
 from .context import ToolContext
@@ -73,6 +74,14 @@ class Tool(Protocol):
     def spec(self) -> ToolSpec: ...
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str: ...
+
+
+class Approver(Protocol):
+    """Asks a person whether a call the policy marks ``ask`` may run. It may take as long as
+    the person does: the loop bounds it by the policy's approval_timeout and cancels it on
+    timeout or when the run is cancelled (so it must clean up in ``finally``)."""
+
+    async def request(self, request: ApprovalRequest) -> ApprovalAnswer: ...
 
 
 EventObserver = Callable[[str, Mapping[str, Any]], None]

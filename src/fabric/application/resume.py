@@ -23,16 +23,30 @@ from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.models import ChatResponse, Message, RunResult, ToolSpec
 
+from .approvals import RecordedApprover
+from .commands import CommandRunner
 from .context import ToolContext
 from .cost import Prices
+from .divergence import Diverged, ReplayState
 from .execute_task import execute_task
 from .pack import Pack
-from .ports import ChatClient, DeltaSink, RunLog, Tool
-from .replay import Diverged, Recording, ReplayChatClient, ReplayState, recorded_tools
+from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
+from .recorded import ReplayChatClient, recorded_tools
+from .recording import Recording
 
 RESUMABLE = ("max_steps",)
 """The end states a run can be resumed from, besides having no end at all."""
-_STEP_KINDS = {"llm_request", "llm_response", "tool_call", "tool_result", "nudge"}
+_STEP_KINDS = {
+    "llm_request",
+    "llm_response",
+    "tool_call",
+    "policy_decision",
+    "approval_requested",
+    "approval",
+    "tool_result",
+    "nudge",
+}
+"""Events of a step: those of the re-driven steps are in the log already."""
 
 
 @dataclass(frozen=True)
@@ -224,10 +238,13 @@ async def resume_task(
     on_delta: DeltaSink | None = None,
     prices: Prices | None = None,
     start_error: FabricError | None = None,
+    commands: CommandRunner | None = None,
+    approver: Approver | None = None,
 ) -> RunResult:
     """Continue the run ``plan`` describes, appending to ``runlog`` (the run's own log,
     reopened). ``chat`` is the live model client; ``run_dir`` (the run's folder) lets a cut
-    tool output come back whole from its artifact, as it did the first time."""
+    tool output come back whole from its artifact, as it did the first time. ``approver``
+    answers the policy's asks in the new steps (those of the re-driven ones are recorded)."""
     recording = Recording(plan.events)
     state = ReplayState()
     recorded = recorded_tools(recording, pack, state=state, run_dir=run_dir)
@@ -255,6 +272,9 @@ async def resume_task(
         on_delta=on_delta,
         prices=prices,
         start_error=start_error,
+        commands=commands,
+        # an "ask" in a re-driven step gets its recorded answer; later ones go to ``approver``
+        approver=RecordedApprover(plan.events, then=approver, upto_step=plan.completed),
     )
 
 

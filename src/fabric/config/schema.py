@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
+from .policy import PolicySettings
+
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH(?!OR)|COOKIE", re.IGNORECASE)
 """Environment variable names that look like secrets; they never reach tools."""
 
@@ -253,8 +255,35 @@ class LLMSettings(_Strict):
         return self
 
 
+class ResourceLimits(_Strict):
+    """Limits every command a tool starts runs under (whatever the confinement backend)."""
+
+    cpu_seconds: int = Field(120, ge=1, description="CPU time of each process, in seconds.")
+    memory_mb: int = Field(
+        4096,
+        ge=64,
+        description="Memory of the whole command where a cgroup is available, and the "
+        "address space of each process (MiB).",
+    )
+    file_size_mb: int = Field(1024, ge=1, description="Largest file a command may write (MiB).")
+    open_files: int = Field(1024, ge=16, description="Open files per process.")
+    processes: int = Field(
+        256, ge=4, description="Processes and threads a command may have at once."
+    )
+
+
 class SandboxSettings(_Strict):
     """What a pack's tools may touch."""
+
+    confinement: Literal["auto", "bwrap", "landlock", "none"] = Field(
+        "auto",
+        description="How commands are confined by the operating system: 'auto' picks "
+        "bubblewrap, else Landlock + seccomp, and refuses to run commands when neither works; "
+        "'none' runs them unconfined and must be chosen explicitly.",
+    )
+    resources: ResourceLimits = Field(
+        default_factory=ResourceLimits, description="Resource limits of every command."
+    )
 
     allowed_commands: list[str] = Field(
         default_factory=list,
@@ -270,6 +299,12 @@ class SandboxSettings(_Strict):
         default_factory=list,
         description="Extra environment variables passed to commands. Names that look like "
         "secrets (KEY, TOKEN, SECRET, PASSWORD, AUTH, CREDENTIAL, COOKIE) are refused.",
+    )
+    policy: PolicySettings = Field(
+        default_factory=PolicySettings,
+        description="Which tool calls run, which wait for a person's approval and which are "
+        "refused: a default verdict and rules matched first to last (see "
+        "fabric/config/policy.py).",
     )
 
     @field_validator("env_passthrough")

@@ -25,7 +25,7 @@ def parse_arguments(value: Any) -> tuple[dict[str, Any] | None, str, str | None]
     if not text.strip():
         return {}, "{}", None
     try:
-        parsed = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        parsed = _DECODER.decode(text)
     except ValueError as exc:
         return None, text, f"invalid JSON ({exc})"
     if not isinstance(parsed, dict):
@@ -42,3 +42,7 @@ def _finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is too large a number")
     return value
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+"""One decoder for every call (``json.loads`` with options builds a new one each time)."""

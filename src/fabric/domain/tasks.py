@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 QUEUED, RUNNING, INTERRUPTED = "queued", "running", "interrupted"
+AWAITING_APPROVAL = "awaiting_approval"
+"""Running, but paused until a person answers a tool call the policy asks about."""
 FINAL = frozenset(
     {
         "completed",
@@ -17,8 +19,9 @@ FINAL = frozenset(
         INTERRUPTED,
     }
 )
-"""A task in one of these states is over; the others are ``queued`` and ``running``."""
-STATUSES = FINAL | {QUEUED, RUNNING}
+"""A task in one of these states is over; the others are ``queued``, ``running`` and
+``awaiting_approval``."""
+STATUSES = FINAL | {QUEUED, RUNNING, AWAITING_APPROVAL}
 
 
 @dataclass(frozen=True, slots=True)

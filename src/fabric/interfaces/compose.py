@@ -13,19 +13,21 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import fabric
+from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
-from fabric.application.ports import ChatClient, DeltaSink, RunLog
+from fabric.application.ports import Approver, ChatClient, DeltaSink, RunLog
 from fabric.application.resilience import FallbackChatClient, RetryingChatClient
 from fabric.application.resolve import Resolution, probe_tools, resolve_llm
 from fabric.application.resume import plan_resume, resume_task
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import FallbackStep, Limits
-from fabric.domain.errors import ConfigError, FabricError, RunError
+from fabric.domain.errors import ConfigError, FabricError, RunError, SandboxError
 from fabric.domain.models import RunResult
 from fabric.infrastructure.llm.backends import Backends, base_url_of
 from fabric.infrastructure.packs.registry import LoadedPack, load_pack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
 from fabric.infrastructure.runlog.writer import Observer
+from fabric.infrastructure.sandbox import command_runner
 
 RESOLVE_TTL = 30.0
 ChatFactory = Callable[[str], ChatClient]
@@ -155,8 +157,10 @@ class Runner:
         observers: Sequence[Observer] = (),
         on_delta: DeltaSink | None = None,
         cancel: asyncio.Event | None = None,
+        approver: Approver | None = None,
     ) -> RunResult:
-        """Run one task to its end and return the result; the runlog is on disk."""
+        """Run one task to its end and return the result; the runlog is on disk.
+        ``approver`` answers the calls the pack's policy asks about (None: they are refused)."""
         if not task.strip():
             raise ConfigError("the task is empty", hint="say what the pack should do")
         loaded_pack = self.pack(pack_name)
@@ -167,6 +171,7 @@ class Runner:
             )
         limits = _limits(loaded_pack.settings.limits, max_steps)
         resolution, unresolved = await self._try_resolve(pack_name, backend, model)
+        commands, unconfined = await self._commands(loaded_pack, folder)
         runlog = self._runlog(run_id or new_run_id(), observers)
         chat: ChatClient | None = None
         try:
@@ -187,7 +192,9 @@ class Runner:
                 on_delta=on_delta,
                 prices=self._prices(),
                 meta=self._meta(resolution),
-                start_error=unresolved,
+                start_error=unconfined or unresolved,
+                commands=commands,
+                approver=approver,
             )
         finally:
             runlog.close()
@@ -204,9 +211,12 @@ class Runner:
         observers: Sequence[Observer] = (),
         on_delta: DeltaSink | None = None,
         cancel: asyncio.Event | None = None,
+        approver: Approver | None = None,
     ) -> RunResult:
         """Continue the run whose runlog (at ``path``) holds ``events``: same run id, pack,
-        workspace and model, appending to the same log (see ``application/resume.py``)."""
+        workspace and model, appending to the same log (see ``application/resume.py``).
+        ``approver`` answers the policy's asks in the new steps (the redone ones get their
+        recorded answers)."""
         plan = plan_resume(events, max_steps)
         started = plan.started
         pack_name = str(started.get("pack", ""))
@@ -220,6 +230,7 @@ class Runner:
         model = started.get("model") or None
         backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
         resolution, unresolved = await self._try_resolve(pack_name, backend, model)
+        commands, unconfined = await self._commands(loaded_pack, folder)
         try:
             runlog = JsonlRunLog.reopen(path, *observers)
         except OSError as exc:
@@ -241,13 +252,34 @@ class Runner:
                 protected=(self.runs_dir, *self.protected),
                 on_delta=on_delta,
                 prices=self._prices(),
-                start_error=unresolved,
+                start_error=unconfined or unresolved,
+                commands=commands,
+                approver=approver,
             )
         finally:
             runlog.close()
             if chat is not None:
                 with contextlib.suppress(Exception):
                     await chat.aclose()
+
+    def commands_for(self, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None:
+        """The confined command runner for a pack that starts processes (None for one that
+        starts none); SandboxError when this machine cannot confine it as configured."""
+        sandbox = loaded_pack.settings.sandbox
+        if "shell" not in loaded_pack.pack.tool_names() or not sandbox.allowed_commands:
+            return None
+        return command_runner(sandbox, workspace, (self.runs_dir, *self.protected))
+
+    async def _commands(
+        self, loaded_pack: LoadedPack, workspace: Path
+    ) -> tuple[CommandRunner | None, FabricError | None]:
+        """``commands_for``, or why it cannot be had (the run is then recorded as failed, with
+        the hint to install bubblewrap). The first call probes the machine (tens of ms), in a
+        thread, to keep the event loop free."""
+        try:
+            return await asyncio.to_thread(self.commands_for, loaded_pack, workspace), None
+        except SandboxError as exc:
+            return None, exc
 
     async def _try_resolve(
         self, pack_name: str, backend: str | None, model: str | None

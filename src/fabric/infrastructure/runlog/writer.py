@@ -1,12 +1,14 @@
 """``runs/<run_id>/runlog.jsonl``: one JSON object a line, flushed as it is written.
 
 Every line carries ``v`` (format version), ``seq`` (0, 1, 2, ...), ``ts`` (UTC, ISO 8601),
-``run_id`` and ``kind``; the event's own fields follow. Outputs too large to keep inline are
+``run_id`` and ``kind``; the event's own fields follow. The format version is
+``FORMAT_VERSION`` (2; see ``fabric.domain.runlog``). Outputs too large to keep inline are
 written under ``artifacts/`` beside the log and referenced by relative path.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -19,9 +21,12 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
+from fabric.domain import runlog as _format
 from fabric.domain.errors import ConfigError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = _format.FORMAT_VERSION
+"""The format version every line is written in (``v``); older ones stay readable."""
+READABLE_VERSIONS = _format.READABLE_VERSIONS
 RUNLOG_NAME = "runlog.jsonl"
 Observer = Callable[[Mapping[str, Any]], None]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -36,9 +41,16 @@ def new_run_id() -> str:
     return f"{now:%Y%m%dT%H%M%S}.{now.microsecond // 1000:03d}Z-{secrets.token_hex(3)}"
 
 
-def schema_path() -> Traversable:
-    """The published JSON Schema of one runlog line."""
-    return resources.files("fabric").joinpath("runlog.schema.json")
+def schema_path(version: int | None = None) -> Traversable:
+    """The published JSON Schema of one runlog line of format ``version`` (default: the one
+    this fabric writes): ``runlog.schema.json`` for the newest, ``runlog-v<N>.schema.json``
+    for each older one (kept unchanged, so old runlogs can still be checked)."""
+    version = FORMAT_VERSION if version is None else version
+    if version not in READABLE_VERSIONS:
+        known = ", ".join(map(str, READABLE_VERSIONS))
+        raise ValueError(f"no runlog format version {version}; fabric knows {known}")
+    name = "runlog.schema.json" if version == FORMAT_VERSION else f"runlog-v{version}.schema.json"
+    return resources.files("fabric").joinpath(name)
 
 
 def _safe_name(name: str) -> str:
@@ -67,10 +79,17 @@ def _unique(name: str, taken: Callable[[str], bool]) -> str:
 def strict_json(record: Mapping[str, Any], **options: Any) -> str:
     """Strict JSON (no NaN or Infinity, which most JSON readers refuse): such numbers, e.g.
     from a tool argument like ``1e999``, are written as text."""
+    encoder = _encoder(**options)
     try:
-        return json.dumps(record, allow_nan=False, default=str, **options)
+        return encoder.encode(record)
     except ValueError:
-        return json.dumps(_finite(record), allow_nan=False, default=str, **options)
+        return encoder.encode(_finite(record))
+
+
+@functools.lru_cache(maxsize=8)
+def _encoder(**options: Any) -> json.JSONEncoder:
+    """One encoder per set of options (``json.dumps`` with options builds one every call)."""
+    return json.JSONEncoder(allow_nan=False, default=str, **options)
 
 
 def _finite(value: Any) -> Any:

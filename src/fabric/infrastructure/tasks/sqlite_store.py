@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from fabric.domain.errors import ConfigError
-from fabric.domain.tasks import INTERRUPTED, QUEUED, RUNNING, TaskRecord
+from fabric.domain.tasks import AWAITING_APPROVAL, INTERRUPTED, QUEUED, RUNNING, TaskRecord
 
 _T = TypeVar("_T")
 
@@ -39,7 +39,8 @@ MAX_LIMIT = 500
 INTERRUPTED_ERROR = {
     "code": "interrupted",
     "message": "the server stopped while this task ran; its runlog holds what happened up to then",
-    "hint": "submit the task again to run it anew",
+    "hint": "resume it with POST /tasks/{id}/resume (it goes on from its last complete step), "
+    "or submit it again",
 }
 
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -161,18 +162,20 @@ class SqliteTaskStore:
     # -- service (re)start and lifetime ---------------------------------------------------
 
     async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:
-        """For a server (re)start: every ``running`` task becomes ``interrupted`` (returned
-        first); the ``queued`` ones are returned in the order they were submitted, to run
-        again."""
+        """For a server (re)start: every ``running`` (or ``awaiting_approval``) task becomes
+        ``interrupted`` (returned first); the ``queued`` ones are returned in the order they
+        were submitted, to run again."""
 
         def work(conn: sqlite3.Connection) -> tuple[list[TaskRecord], list[TaskRecord]]:
             now = _now()
             select = f"{_SELECT} WHERE status = ? ORDER BY seq"
+            live = f"{_SELECT} WHERE status IN (?, ?) ORDER BY seq"
             with _transaction(conn):
-                running = [_decode(row) for row in conn.execute(select, [RUNNING])]
+                running = [_decode(row) for row in conn.execute(live, [RUNNING, AWAITING_APPROVAL])]
                 conn.execute(
-                    "UPDATE tasks SET status = ?, finished_at = ?, error = ? WHERE status = ?",
-                    [INTERRUPTED, now, json.dumps(INTERRUPTED_ERROR), RUNNING],
+                    "UPDATE tasks SET status = ?, finished_at = ?, error = ? "
+                    "WHERE status IN (?, ?)",
+                    [INTERRUPTED, now, json.dumps(INTERRUPTED_ERROR), RUNNING, AWAITING_APPROVAL],
                 )
                 queued = [_decode(row) for row in conn.execute(select, [QUEUED])]
             interrupted = [

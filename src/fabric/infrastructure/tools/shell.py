@@ -1,35 +1,24 @@
 """The ``shell`` tool: one allowlisted program, run without a shell.
 
 The command line is split with ``shlex``; its first word must be a bare program name on the
-pack's ``allowed_commands``. The process starts in its own session (so the whole group can be
-killed), in the workspace, with stdin closed and a scrubbed environment. Output goes to
-temporary files rather than pipes, so a child that outlives a kill cannot keep fabric waiting;
-a command that floods its output is stopped before it fills the disk.
+pack's ``allowed_commands``, resolved on the scrubbed ``PATH``. The run's CommandRunner starts
+it, confined by the operating system (``fabric.infrastructure.sandbox``), in the workspace,
+with stdin closed, a scrubbed environment, resource limits and a timeout.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import shlex
 import shutil
-import signal
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
 
 from fabric.application.context import ToolContext
 from fabric.config.schema import SECRET_NAME, SandboxSettings
 from fabric.domain.errors import SandboxError, ToolError
 
-_OUTPUT_BYTES = 1_000_000
-_OUTPUT_KILL_BYTES = 32_000_000
-"""A command whose output passes this size is killed (the model sees the first MB anyway)."""
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HOME", "USER", "LOGNAME")
-_KILL_GRACE = 2.0
-_POLL = 0.2
 
 
 def scrubbed_env(
@@ -84,6 +73,11 @@ async def shell(ctx: ToolContext, command: str, timeout: float | None = None) ->
     """
     sandbox = ctx.sandbox
     argv = parse_command(command, sandbox)
+    if ctx.commands is None:
+        raise SandboxError(
+            "this run was started without a command runner, so it cannot run commands",
+            hint="start runs through fabric (CLI or HTTP), or pass `commands=` to execute_task",
+        )
     env = scrubbed_env(sandbox)
     executable = shutil.which(argv[0], path=env["PATH"])
     if executable is None:
@@ -94,62 +88,7 @@ async def shell(ctx: ToolContext, command: str, timeout: float | None = None) ->
     if timeout is not None and not timeout > 0:  # also NaN, which would never expire
         raise ToolError("timeout must be more than 0 seconds", hint="leave it out for the default")
     limit = min(timeout or sandbox.command_timeout, sandbox.command_timeout)
-    with tempfile.TemporaryFile() as out:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                executable,
-                *argv[1:],
-                cwd=ctx.workspace,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as exc:
-            raise ToolError(f"cannot start {argv[0]!r}: {exc}") from None
-        try:
-            stopped = await _wait(proc, out, limit)
-        finally:  # also when cancelled: leave nothing running behind us
-            await _kill_group(proc)  # and children left behind by a program that exited
-        text = _read_capped(out)
-    if stopped:
-        return f"[{stopped}]\n{text}"
-    return f"[exit code {proc.returncode}]\n{text}"
-
-
-async def _wait(proc: asyncio.subprocess.Process, out: IO[bytes], limit: float) -> str | None:
-    """Wait for ``proc`` to exit; if it runs past ``limit`` seconds or floods its output,
-    return why it must be stopped."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    waiter = asyncio.ensure_future(proc.wait())
-    try:
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return f"killed after {limit:g}s timeout"
-            done, _ = await asyncio.wait({waiter}, timeout=min(remaining, _POLL))
-            if done:
-                return None
-            if os.fstat(out.fileno()).st_size > _OUTPUT_KILL_BYTES:
-                return f"killed: output passed {_OUTPUT_KILL_BYTES // 1_000_000} MB"
-    finally:
-        waiter.cancel()
-
-
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(proc.wait(), _KILL_GRACE)
-
-
-def _read_capped(out: IO[bytes]) -> str:
-    size = out.seek(0, os.SEEK_END)
-    out.seek(0)
-    data = out.read(_OUTPUT_BYTES)
-    text = data.decode("utf-8", errors="replace")
-    if size > _OUTPUT_BYTES:
-        text += f"\n[... output cut at {_OUTPUT_BYTES} of {size} bytes ...]"
-    return text
+    outcome = await ctx.commands.run([executable, *argv[1:]], env=env, timeout=limit)
+    if outcome.stopped:
+        return f"[{outcome.stopped}]\n{outcome.output}"
+    return f"[exit code {outcome.exit_code}]\n{outcome.output}"

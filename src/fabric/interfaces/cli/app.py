@@ -42,6 +42,15 @@ ConfigOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+YesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="Approve every tool call the pack's policy asks about, without asking "
+        "(by default you are asked at the terminal; with no terminal they are refused).",
+    ),
+]
 BackendOpt = Annotated[
     str | None,
     typer.Option(
@@ -91,6 +100,7 @@ def run(
     backend: BackendOpt = None,
     as_json: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    yes: YesOpt = False,
 ) -> None:
     """Run a task with a pack, show each step, print the result and the runlog path."""
 
@@ -98,6 +108,7 @@ def run(
     from fabric.infrastructure.runlog import new_run_id
     from fabric.interfaces.compose import build_runner
 
+    from .approve import cli_approver
     from .render import Progress
 
     loaded = _load(config, as_json)
@@ -125,6 +136,7 @@ def run(
         run_id=run_id,
         observers=(progress,) if progress else (),
         on_delta=progress.delta if progress else None,
+        approver=cli_approver(yes=yes, progress=progress),
     )
     # with progress lines on, they have already said why a run failed
     _drive(runner, started, runner.runs_dir / run_id / "runlog.jsonl", as_json, explain=quiet)
@@ -232,6 +244,21 @@ def models(
 
 
 @app.command()
+def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """Check how this machine confines commands (bubblewrap, Landlock, seccomp, cgroups) and
+    which backend each pack gets. Exit 1 when a pack that runs commands cannot be confined."""
+    from .doctor import gather, print_report
+
+    loaded = _load(config, as_json)
+    report = gather(loaded)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        print_report(report, sys.stdout)
+    raise typer.Exit(0 if report["ok"] else 1)
+
+
+@app.command()
 def serve(
     config: ConfigOpt = None,
     host: Annotated[
@@ -333,6 +360,7 @@ def resume(
         ),
     ] = None,
     as_json: JsonOpt = False,
+    yes: YesOpt = False,
 ) -> None:
     """Continue an interrupted run (or one that hit its step limit, with a higher --max-steps)
     in the same runlog and workspace; completed steps are not sent to the model again."""
@@ -340,6 +368,7 @@ def resume(
     from fabric.domain.errors import ConfigError
     from fabric.interfaces.compose import build_runner
 
+    from .approve import cli_approver
     from .render import Progress, find_runlog, read_runlog
 
     loaded = _load(config, as_json)
@@ -354,7 +383,12 @@ def resume(
     runner = build_runner(loaded, on_status=_status)
 
     started = runner.resume(
-        events, path, max_steps=max_steps, observers=(progress,), on_delta=progress.delta
+        events,
+        path,
+        max_steps=max_steps,
+        observers=(progress,),
+        on_delta=progress.delta,
+        approver=cli_approver(yes=yes, progress=progress),
     )
     _drive(runner, started, path, as_json, explain=as_json)
 

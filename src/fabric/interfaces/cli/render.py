@@ -9,6 +9,9 @@ from typing import Any, TextIO
 
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatDelta, RunResult
+from fabric.domain.runlog import check_versions
+
+from .approve import POLICY_KINDS, describe_policy
 
 _ARG_CHARS = 70
 _FROM_TEXT = "\0from_text"
@@ -40,13 +43,23 @@ def _tokens(usage: Mapping[str, Any] | None) -> str:
     return f"{usage.get('total_tokens', 0):,} tokens"
 
 
+def _confinement(confinement: Mapping[str, Any] | None) -> str:
+    """`` · commands in bwrap, network off`` (nothing for a run that starts no commands)."""
+    if not confinement:
+        return ""
+    network = "network on" if confinement.get("network") else "network off"
+    backend = confinement.get("backend")
+    where = "unconfined" if backend == "none" else f"in {backend}"
+    return f" · commands {where}, {network}"
+
+
 def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str | None:
     """One line for the events a person follows; None for the rest."""
     kind = event["kind"]
     if kind == "run_started":
         return (
             f"run {event['run_id']} · pack {event.get('pack')} · "
-            f"model {event.get('model') or '(none)'}\n"
+            f"model {event.get('model') or '(none)'}{_confinement(event.get('confinement'))}\n"
             f"task: {_first_line(str(event.get('task', '')), 200)}"
         )
     if kind == "llm_response":
@@ -91,6 +104,9 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
         return f"{head.rstrip()}  → {outcome}"
     if kind == "nudge":
         return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
+    if kind in POLICY_KINDS:
+        call = pending.get(str(event.get("call_id")), {})
+        return describe_policy(event, short_args(call.get("arguments", "")))
     if kind == "run_finished":
         line = (
             f"{event['status']} after {event['steps']} step(s) · {_tokens(event.get('usage'))} · "
@@ -136,6 +152,13 @@ class Progress:
         if line is not None:
             self._out.write(line + "\n")
         self._out.flush()
+
+    def pause(self) -> None:
+        """End a live line still on screen, so a prompt can be written below it."""
+        if self._open:
+            self._out.write("\r\x1b[K")
+            self._open = False
+            self._out.flush()
 
     def delta(self, delta: ChatDelta) -> None:
         """A piece of the reply as it streams in (shown only on a terminal)."""
@@ -209,7 +232,8 @@ def find_runlog(ref: str, runs_dir: Callable[[], Path]) -> Path:
 
 
 def read_runlog(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every complete line of a runlog; unreadable lines are reported, not fatal."""
+    """Every complete line of a runlog; unreadable lines are reported, not fatal. A runlog of
+    a format version newer than this fabric reads is refused (``ConfigError``)."""
     events: list[dict[str, Any]] = []
     problems: list[str] = []
     try:
@@ -231,6 +255,7 @@ def read_runlog(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             events.append(event)
         else:
             problems.append(f"{path}:{number}: not a runlog event; skipped")
+    check_versions(events, str(path))
     return events, problems
 
 

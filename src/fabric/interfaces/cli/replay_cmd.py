@@ -8,12 +8,17 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError, FabricError
+
+if TYPE_CHECKING:
+    from fabric.application.commands import CommandRunner
+    from fabric.infrastructure.packs.registry import LoadedPack
+    from fabric.interfaces.compose import Runner
 
 
 def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -> int:
@@ -46,13 +51,20 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
             workspace.mkdir()
     run_id = new_run_id()
     try:
+        commands = _commands(runner, loaded_pack, workspace) if live else None
         runlog = JsonlRunLog(runner.runs_dir, run_id)
     except OSError as exc:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         raise ConfigError(f"cannot create the replay's runlog in {runner.runs_dir}: {exc}") from exc
+    except ConfigError:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
     try:
         report = asyncio.run(
             replay(
-                events,
+                recording,
                 pack=loaded_pack.pack,
                 runlog=runlog,
                 run_id=run_id,
@@ -61,6 +73,7 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
                 protected=(runner.runs_dir,),
+                commands=commands,
             )
         )
     finally:
@@ -73,6 +86,17 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
     else:
         _print(report.as_dict())
     return 0 if report.identical else 1
+
+
+def _commands(runner: Runner, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None:
+    """The confined command runner for ``--live-tools`` of a pack that runs commands."""
+    from fabric.domain.errors import SandboxError
+
+    try:
+        return runner.commands_for(loaded_pack, workspace)
+    except SandboxError as exc:
+        message = f"--live-tools cannot run the pack's commands: {exc.message}"
+        raise ConfigError(message, hint=exc.hint) from exc
 
 
 def _print(report: dict[str, Any]) -> None:

@@ -29,12 +29,24 @@ from fabric.domain.tasks import STATUSES, TaskRecord
 from fabric.infrastructure.tasks import SqliteTaskStore
 from fabric.interfaces.compose import build_runner
 
+from .approvals import ApprovalIn, Conflict
 from .events import follow_runlog, last_event_id, runlog_snapshot, sse_comment, sse_event
 from .executor import LocalExecutor
+from .resume import requeue
 from .security import BearerAuth, BodyLimit, HostCheck
 from .service import NotFound, ServiceUnavailable, TaskService
 
 log = structlog.get_logger("fabric.http")
+
+
+class ResumeIn(BaseModel):
+    """How to resume a task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int | None = Field(
+        None, ge=1, le=10_000, description="Model calls at most, in all (default: the task's)."
+    )
 
 
 class TaskIn(BaseModel):
@@ -52,13 +64,15 @@ class TaskIn(BaseModel):
     max_steps: int | None = Field(None, ge=1, le=10_000, description="Model calls at most.")
 
 
-def _task_json(record: TaskRecord) -> dict[str, Any]:
+def _task_json(record: TaskRecord, approvals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     out = asdict(record)
+    out["approvals"] = approvals or []
     out["urls"] = {
         "self": f"/tasks/{record.id}",
         "events": f"/tasks/{record.id}/events",
         "runlog": f"/tasks/{record.id}/runlog",
         "cancel": f"/tasks/{record.id}/cancel",
+        "resume": f"/tasks/{record.id}/resume",
     }
     return out
 
@@ -71,6 +85,8 @@ def _error(status: int, code: str, message: str, details: Any = None) -> JSONRes
 def _status_of(exc: FabricError) -> int:
     if isinstance(exc, NotFound):
         return 404
+    if isinstance(exc, Conflict):
+        return 409
     if isinstance(exc, ServiceUnavailable):
         return 503
     if isinstance(exc, PackError | ConfigError):
@@ -162,15 +178,54 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
             )
         records = await store.query(status=status, pack=pack, limit=limit, before=before)
         nxt = records[-1].id if len(records) == limit else None
-        return {"tasks": [_task_json(r) for r in records], "next": nxt}
+        tasks = [_task_json(r, service.approvals.listing(r.id)) for r in records]
+        return {"tasks": tasks, "next": nxt}
 
-    @app.get("/tasks/{task_id}", summary="One task: status, steps so far, result")
+    @app.get(
+        "/tasks/{task_id}",
+        summary="One task: status, steps so far, result, calls waiting for approval",
+    )
     async def get_task(task_id: str) -> dict[str, Any]:
-        return _task_json(await service.get(task_id))
+        return _task_json(await service.get(task_id), service.approvals.listing(task_id))
+
+    @app.post(
+        "/tasks/{task_id}/approvals/{call_id}",
+        summary="Approve or refuse a tool call the task waits on (status awaiting_approval)",
+        description="The call is announced by an approval_requested event and listed under "
+        "`approvals` in GET /tasks/{id}. Answer before its expires_at (the pack's "
+        "sandbox.policy.approval_timeout), or it is refused. scope 'run' gives the same "
+        "answer to later calls of the tool under the same rule.",
+        responses={
+            404: {"description": "No such task, or the task has no such call."},
+            409: {"description": "The call is not waiting (answered, timed out, never asked)."},
+            422: {"description": "The body is not {approve: bool, scope?: 'once'|'run'}."},
+        },
+    )
+    async def approve(task_id: str, call_id: str, body: ApprovalIn) -> dict[str, Any]:
+        return await service.answer_approval(
+            task_id, call_id, approve=body.approve, scope=body.scope
+        )
 
     @app.post("/tasks/{task_id}/cancel", status_code=202, summary="Cancel a task")
     async def cancel(task_id: str) -> dict[str, Any]:
         return _task_json(await service.cancel(task_id))
+
+    @app.post(
+        "/tasks/{task_id}/resume",
+        status_code=202,
+        summary="Resume an interrupted task, or one that stopped at max_steps",
+        description="The task goes back to queued, then running, with the same id, runlog and "
+        "workspace: the steps its runlog holds complete are not sent to the model again, and "
+        "its events go on in the same stream. Body (optional): {max_steps: n}, the model calls "
+        "allowed in all (needed, above the steps done, for a task that stopped at max_steps).",
+        responses={
+            404: {"description": "No such task."},
+            409: {"description": "Not resumable: queued, running, or ended otherwise."},
+        },
+    )
+    async def resume(task_id: str, body: ResumeIn | None = None) -> dict[str, Any]:
+        max_steps = body.max_steps if body is not None else None
+        return _task_json(await requeue(service, task_id, max_steps))
 
     @app.get(
         "/tasks/{task_id}/runlog",

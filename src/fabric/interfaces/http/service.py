@@ -17,10 +17,14 @@ import structlog
 
 from fabric.application.ports import TaskExecutor, TaskStore
 from fabric.domain.errors import ConfigError, FabricError
-from fabric.domain.tasks import INTERRUPTED, QUEUED, RUNNING, TaskRecord
+from fabric.domain.policy import ApprovalAnswer, Scope
+from fabric.domain.tasks import AWAITING_APPROVAL, INTERRUPTED, QUEUED, RUNNING, TaskRecord
 from fabric.infrastructure.runlog import new_run_id
 from fabric.infrastructure.runlog.writer import RUNLOG_NAME
 from fabric.interfaces.compose import Runner
+
+from .approvals import BY_HTTP, Approvals, Conflict, call_logged
+from .resume import resume_run
 
 log = structlog.get_logger("fabric.tasks")
 
@@ -49,6 +53,10 @@ class TaskService:
         """Steps so far of running tasks (kept in memory; the store has the final count)."""
         self.wakers: dict[str, set[asyncio.Event]] = {}
         """Events set whenever a running task's runlog grows (for live event streams)."""
+        self.approvals = Approvals(store)
+        """Tool calls of running tasks waiting for a person's answer."""
+        self.resuming: set[str] = set()
+        """Tasks a resume request is putting back in the queue (see resume.py)."""
 
     def runlog_path(self, task_id: str) -> Path:
         return self.runner.runs_dir / task_id / RUNLOG_NAME
@@ -141,30 +149,58 @@ class TaskService:
         record = await self.store.get(task_id)
         if record is None:
             raise NotFound(f"no task {task_id!r}")
-        if record.status == RUNNING and task_id in self.progress:
+        if record.status in (RUNNING, AWAITING_APPROVAL) and task_id in self.progress:
             record = replace(record, steps=self.progress[task_id])
         return record
+
+    async def answer_approval(
+        self, task_id: str, call_id: str, *, approve: bool, scope: Scope
+    ) -> dict[str, Any]:
+        """Answer a call of the task that waits for approval (404: no such task or call;
+        409: the call does not wait, or was answered already)."""
+        await self.get(task_id)
+        if self.approvals.answer(task_id, call_id, ApprovalAnswer(approve, BY_HTTP, scope)):
+            return {"task_id": task_id, "call_id": call_id, "approved": approve,
+                    "scope": scope, "by": BY_HTTP}  # fmt: skip
+        if await asyncio.to_thread(call_logged, self.runlog_path(task_id), call_id):
+            raise Conflict(
+                f"the call {call_id!r} of task {task_id!r} is not waiting for approval: it was "
+                "answered, timed out, or never needed approval",
+                hint="GET /tasks/{id} lists the calls that wait (under approvals)",
+            )
+        raise NotFound(
+            f"task {task_id!r} has no tool call {call_id!r}",
+            hint="use a call_id from the approval_requested event or GET /tasks/{id}",
+        )
 
     # --- running -----------------------------------------------------------------------------
 
     async def run(self, record: TaskRecord, cancel: asyncio.Event) -> None:
         """Run one task (called by the executor) and record how it ended."""
         task_id = record.id
-        await self.store.update(task_id, status=RUNNING, started_at=now())
+        await self.store.update(task_id, status=RUNNING, started_at=record.started_at or now())
         log.info("task.started", task_id=task_id, pack=record.pack)
-        self.progress[task_id] = 0
+        self.progress[task_id] = record.steps
+        runlog = self.runlog_path(task_id)
         try:
-            result = await self.runner.run(
-                record.pack,
-                record.task,
-                model=record.model,
-                backend=record.backend,
-                workspace=Path(record.workspace),
-                max_steps=record.max_steps,
-                run_id=task_id,
-                observers=(self._observer(task_id),),
-                cancel=cancel,
-            )
+            if runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog
+                result = await resume_run(
+                    self.runner, record, runlog, observers=(self._observer(task_id),),
+                    cancel=cancel, approver=self.approvals.for_task(task_id),
+                )  # fmt: skip
+            else:
+                result = await self.runner.run(
+                    record.pack,
+                    record.task,
+                    model=record.model,
+                    backend=record.backend,
+                    workspace=Path(record.workspace),
+                    max_steps=record.max_steps,
+                    run_id=task_id,
+                    observers=(self._observer(task_id),),
+                    cancel=cancel,
+                    approver=self.approvals.for_task(task_id),
+                )
         except asyncio.CancelledError:
             await self._finish(task_id, INTERRUPTED, error=_INTERRUPTED)
             raise
@@ -218,7 +254,8 @@ _SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"
 _INTERRUPTED = {
     "code": "interrupted",
     "message": "the service stopped while this task ran; its runlog holds what happened",
-    "hint": "submit the task again to run it anew",
+    "hint": "resume it with POST /tasks/{id}/resume (it goes on from its last complete step), "
+    "or submit it again",
 }
 
 

@@ -1,0 +1,127 @@
+"""A runlog read back for a replay or a resume: its steps, their requests, replies, tool calls
+and results, and the policy decisions and approvals of version 2 logs.
+
+Every format version fabric wrote is read (``fabric.domain.runlog``); a log of a later version
+is refused. What a resumed run's log holds of a step it redid (everything from ``run_resumed``'s
+``from_step`` on, logged before that line) is dropped: the redone step, logged after, counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabric.domain.errors import RunError
+from fabric.domain.models import Message
+from fabric.domain.runlog import check_versions
+
+CallKey = tuple[int, str]
+"""A tool call in a run: its step and its call id."""
+
+
+@dataclass
+class RecordedStep:
+    """One model call of the recording and what followed it."""
+
+    number: int
+    request: list[Message] = field(default_factory=list)
+    response: dict[str, Any] | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    version: int = 1
+    """The format version its events were written in (2 and later log policy decisions)."""
+
+
+class Recording:
+    """A runlog's events, arranged for a replay."""
+
+    def __init__(self, events: Sequence[Mapping[str, Any]]) -> None:
+        check_versions(events)
+        self.events = events
+        """The events as read (a replay answers the policy's asks from their approvals)."""
+        started = [e for e in events if e.get("kind") == "run_started"]
+        if not started:
+            raise RunError(
+                "the runlog has no run_started event",
+                hint="pass the runlog of a run fabric recorded",
+            )
+        self.started: Mapping[str, Any] = started[0]
+        finished = [e for e in events if e.get("kind") == "run_finished"]
+        self.finished: Mapping[str, Any] | None = finished[-1] if finished else None
+        self.limits: dict[str, Any] = dict(self.started.get("limits") or {})
+        """The run's limits: those it started with, or the ones it was last resumed with."""
+        self.tools: list[Any] = []
+        self.steps: list[RecordedStep] = []
+        self.results: list[Mapping[str, Any]] = []
+        self.policy: dict[CallKey, Mapping[str, Any]] = {}
+        """``policy_decision`` events by call (format version 2 and later)."""
+        self.approvals: dict[CallKey, Mapping[str, Any]] = {}
+        """``approval`` events by call: the answers a replay gives again."""
+        by_number: dict[int, RecordedStep] = {}
+        for event in events:
+            kind, number = event.get("kind"), event.get("step")
+            if kind == "run_resumed":  # what was logged of the steps redone is not what counts
+                self._forget_from(by_number, int(event.get("from_step", 1)))
+                self.limits = dict(event.get("limits") or self.limits)
+                continue
+            if not isinstance(number, int):
+                continue
+            step = by_number.get(number)
+            if step is None:
+                step = by_number[number] = RecordedStep(number)
+                self.steps.append(step)
+            self._add(step, event)
+        self.steps.sort(key=lambda s: s.number)
+        self._by_number = {s.number: s for s in self.steps}
+
+    def _add(self, step: RecordedStep, event: Mapping[str, Any]) -> None:
+        kind = event.get("kind")
+        if kind == "llm_request":
+            step.request += list(event.get("messages") or ())
+            step.version = _version(event)
+            if "tools" in event:
+                self.tools = list(event["tools"])
+        elif kind == "llm_response":
+            step.response = dict(event)
+        elif kind == "tool_call":
+            step.tool_calls.append(dict(event))
+        elif kind == "tool_result":
+            self.results.append(event)
+        elif kind == "policy_decision":
+            self.policy[(step.number, str(event.get("call_id")))] = event
+        elif kind == "approval":
+            self.approvals[(step.number, str(event.get("call_id")))] = event
+
+    def _forget_from(self, by_number: dict[int, RecordedStep], first: int) -> None:
+        """Drop what the log holds of steps ``first`` and later (a resume redoes them)."""
+        for number in [n for n in by_number if n >= first]:
+            del by_number[number]
+        self.steps = [s for s in self.steps if s.number < first]
+        self.results = [r for r in self.results if int(r.get("step", 0)) < first]
+        self.policy = {k: v for k, v in self.policy.items() if k[0] < first}
+        self.approvals = {k: v for k, v in self.approvals.items() if k[0] < first}
+
+    @property
+    def run_id(self) -> str:
+        return str(self.started.get("run_id", ""))
+
+    def history(self, upto: int) -> list[Message]:
+        """The exact history sent at the ``upto``-th model call (1-based)."""
+        messages: list[Message] = []
+        for step in self.steps[:upto]:
+            messages += step.request
+            if step.number < self.steps[upto - 1].number and step.response is not None:
+                messages.append(step.response["message"])
+        return messages
+
+    def step(self, number: int) -> RecordedStep | None:
+        """The recorded step ``number`` (1-based), if the log has it."""
+        return self._by_number.get(number)
+
+
+def _version(event: Mapping[str, Any]) -> int:
+    version = event.get("v")
+    return version if isinstance(version, int) else 1
+
+
+__all__ = ["CallKey", "RecordedStep", "Recording"]

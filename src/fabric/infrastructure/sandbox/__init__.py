@@ -1,0 +1,30 @@
+"""OS-level confinement of the commands tools start (bubblewrap, Landlock + seccomp, or none),
+with resource limits and cgroups. See ADR 0012."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fabric.config.schema import SandboxSettings
+
+from .probe import INSTALL_HINT, HostReport, backend_for, host_report
+from .runner import Backend, SandboxedCommands
+
+
+def command_runner(
+    sandbox: SandboxSettings, workspace: Path, protected: tuple[Path, ...] = ()
+) -> SandboxedCommands:
+    """The runner for one run's commands; SandboxError when the pack's confinement cannot be
+    had on this machine."""
+    return SandboxedCommands(backend_for(sandbox), sandbox, workspace, protected)
+
+
+__all__ = [
+    "INSTALL_HINT",
+    "Backend",
+    "HostReport",
+    "SandboxedCommands",
+    "backend_for",
+    "command_runner",
+    "host_report",
+]

@@ -1,0 +1,136 @@
+"""What a confined command sees: the bubblewrap arguments and the Landlock rules.
+
+Both backends give the same picture where they can: the host read-only, the workspace the only
+writable place besides a private temporary folder, fabric's protected folders (the runs
+folder, the service's files) and the usual credential files in the home folder out of sight.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+SECRET_HOME_ENTRIES = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".config/fabric",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+    ".cargo/credentials.toml",
+    ".local/share/keyrings",
+)
+"""Credential stores under the home folder, hidden from commands when they exist."""
+
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+"""Kernel settings under /proc that root could write even without capabilities (files owned
+by root and writable by their owner)."""
+
+
+def hidden_paths(protected: Iterable[Path], home: str | None = None) -> list[Path]:
+    """Existing places a command must not see: ``protected`` plus credential files."""
+    home = home if home is not None else os.environ.get("HOME", "")
+    found: list[Path] = []
+    for path in protected:
+        if path.exists():
+            found.append(path.resolve())
+    if home and Path(home).is_absolute():
+        for entry in SECRET_HOME_ENTRIES:
+            path = Path(home) / entry
+            if path.exists() or path.is_symlink():
+                found.append(path.resolve() if not path.is_symlink() else path)
+    return sorted(set(found))
+
+
+def bwrap_args(
+    bwrap: str,
+    *,
+    workspace: Path,
+    hidden: Sequence[Path],
+    network: bool,
+    command: Sequence[str],
+    seccomp_fd: str = "{seccomp_fd}",
+) -> list[str]:
+    """The bubblewrap command line: read-only host, private /tmp, /run, /var/tmp and
+    /dev/shm, the workspace bound read-write, hidden paths covered, new namespaces (the
+    network's too unless allowed), no capabilities, the seccomp filter, and death with fabric.
+    """
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for name in _PROC_READ_ONLY:
+        if Path("/proc", name).exists():
+            args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for place in ("/tmp", "/run", "/var/tmp", "/dev/shm"):
+        if place == "/dev/shm" or Path(place).is_dir():
+            args += ["--tmpfs", place]
+    args += ["--bind", str(workspace), str(workspace)]
+    for path in hidden:
+        args += _cover(path)
+    args += ["--chdir", str(workspace), "--unshare-all"]
+    if network:
+        args.append("--share-net")
+    args += [
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+        "--seccomp",
+        seccomp_fd,
+        "--",
+        *command,
+    ]
+    return args
+
+
+def _cover(path: Path) -> list[str]:
+    if path.is_dir() and not path.is_symlink():
+        return ["--tmpfs", str(path), "--remount-ro", str(path)]
+    return ["--ro-bind", "/dev/null", str(path)]
+
+
+def landlock_rules(
+    *, workspace: Path, temp: Path, hidden: Sequence[Path], network: bool
+) -> dict[str, object]:
+    """Landlock grants: read and execute everywhere except the hidden paths (their parent
+    folders are then granted child by child, so they stay unlistable themselves), write to the
+    workspace, the private temp folder and /dev/shm (POSIX semaphores), and /dev/null."""
+    read = _read_grants(Path("/"), [p for p in hidden if not _under(p, workspace)])
+    return {
+        "read": [str(p) for p in read],
+        "write": [str(workspace), str(temp), "/dev/shm"],
+        "write_files": ["/dev/null"],
+        "network": network,
+    }
+
+
+def _read_grants(root: Path, hidden: Sequence[Path]) -> list[Path]:
+    if not hidden:
+        return [root]
+    grants: list[Path] = []
+    try:
+        children = sorted(root.iterdir())
+    except OSError:
+        return grants
+    for child in children:
+        inside = [h for h in hidden if _under(h, child)]
+        if any(h == child for h in inside):
+            continue
+        if inside and child.is_dir() and not child.is_symlink():
+            grants += _read_grants(child, inside)
+        else:
+            grants.append(child)
+    return grants
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents

@@ -1,0 +1,260 @@
+"""Runs one command under the pack's confinement: the CommandRunner adapter.
+
+Every command goes through the launcher (``launcher.py``) in a new session, with stdin closed,
+its output in a temporary file (an orphan holding the output open cannot hang fabric), the
+resource limits, a cgroup where the machine allows one, and one of the backends: bubblewrap,
+Landlock + seccomp, or none. On a timeout, a flood of output or cancellation fabric asks the
+launcher to kill everything under it, then kills the process group and the cgroup too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import marshal
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from fabric.application.commands import CommandOutcome
+from fabric.config.schema import SandboxSettings
+from fabric.domain.errors import SandboxError
+
+from . import cgroup, seccomp
+from .launcher import LAUNCH_FAILED, PREFIX
+from .profile import bwrap_args, hidden_paths, landlock_rules
+
+LAUNCHER = str(Path(__file__).with_name("launcher.py"))
+OUTPUT_BYTES = 1_000_000
+OUTPUT_KILL_BYTES = 32_000_000
+"""A command whose output passes this size is killed (the model sees the first MB anyway)."""
+_MiB = 1024 * 1024
+_STOP_GRACE = 1.0
+_KILL_GRACE = 2.0
+_POLL = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """The chosen confinement and why it was chosen."""
+
+    name: Literal["bwrap", "landlock", "none"]
+    reason: str
+    bwrap: str | None = None
+    landlock_abi: int | None = None
+
+
+@cache
+def _filter(network: bool, deny_connect: bool) -> str:
+    return seccomp.build_filter(network=network, deny_connect=deny_connect).hex()
+
+
+def rlimits(sandbox: SandboxSettings) -> dict[str, int]:
+    """The per-process limits; the process count only where the kernel applies it (it never
+    does to root, whose fork bombs the cgroup bounds instead)."""
+    res = sandbox.resources
+    limits = {
+        "cpu_seconds": res.cpu_seconds,
+        "address_space": res.memory_mb * _MiB,
+        "file_size": res.file_size_mb * _MiB,
+        "open_files": res.open_files,
+        "core": 0,
+    }
+    if os.getuid() != 0:  # the limit counts all of the user's processes: add those running
+        limits["processes"] = res.processes + _processes_of(os.getuid())
+    return limits
+
+
+def launch_argv(
+    backend: Backend,
+    sandbox: SandboxSettings,
+    *,
+    workspace: Path,
+    hidden: Sequence[Path],
+    temp: Path,
+    command: Sequence[str],
+    cgroups: Sequence[str],
+) -> list[str]:
+    """The launcher's command line for ``command`` under ``backend``."""
+    spec: dict[str, Any] = {
+        "mode": backend.name,
+        "limits": rlimits(sandbox),
+        "cgroups": list(cgroups),
+        "drop_caps": backend.name != "none",
+    }
+    if backend.name != "none" and seccomp.supported():
+        spec["seccomp"] = _filter(sandbox.network, backend.name == "landlock")
+    if backend.name == "bwrap":
+        assert backend.bwrap is not None
+        spec["argv"] = bwrap_args(
+            backend.bwrap,
+            workspace=workspace,
+            hidden=hidden,
+            network=sandbox.network,
+            command=command,
+        )
+    else:
+        spec["argv"] = list(command)
+    if backend.name == "landlock":
+        spec["landlock"] = landlock_rules(
+            workspace=workspace, temp=temp, hidden=hidden, network=sandbox.network
+        )
+    return [sys.executable, "-I", "-S", "-B", LAUNCHER, marshal.dumps(spec).hex()]
+
+
+@dataclass
+class SandboxedCommands:
+    """The CommandRunner for one run: its workspace, its pack's sandbox, one backend."""
+
+    backend: Backend
+    sandbox: SandboxSettings
+    workspace: Path
+    protected: tuple[Path, ...] = ()
+    _hidden: list[Path] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.workspace = self.workspace.resolve()
+        self._hidden = hidden_paths(self.protected)
+
+    @property
+    def confinement(self) -> Mapping[str, Any]:
+        res = self.sandbox.resources
+        return {
+            "backend": self.backend.name,
+            "reason": self.backend.reason,
+            "network": self.sandbox.network,
+            "seccomp": self.backend.name != "none" and seccomp.supported(),
+            "landlock_abi": self.backend.landlock_abi,
+            "cgroup": cgroup.describe(),
+            "limits": res.model_dump(),
+        }
+
+    async def run(
+        self, argv: Sequence[str], *, env: Mapping[str, str], timeout: float
+    ) -> CommandOutcome:
+        res = self.sandbox.resources
+        group = cgroup.create(res.processes, res.memory_mb * _MiB)
+        temp = Path(tempfile.mkdtemp(prefix="fabric-cmd-"))
+        try:
+            command = launch_argv(
+                self.backend,
+                self.sandbox,
+                workspace=self.workspace,
+                hidden=self._hidden,
+                temp=temp,
+                command=argv,
+                cgroups=group.procs_files if group else [],
+            )
+            child_env = dict(env)
+            if self.backend.name != "bwrap":
+                child_env["TMPDIR"] = str(temp)
+            return await _run(command, self.workspace, child_env, timeout, group)
+        finally:
+            if group is not None:
+                await _remove(group)
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+async def _run(
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    group: cgroup.CommandCgroup | None,
+) -> CommandOutcome:
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:
+            raise SandboxError(f"cannot start the sandbox launcher: {exc}") from None
+        try:
+            stopped = await _wait(proc, out, timeout)
+        finally:  # also when cancelled: leave nothing running behind us
+            await _stop(proc, group)
+        text = _read_capped(out)
+    if proc.returncode == LAUNCH_FAILED and text.startswith(PREFIX):
+        raise SandboxError(
+            f"the sandbox could not start the command: {text[len(PREFIX) :].strip()}",
+            hint="run `fabric doctor` to see what confinement this machine supports",
+        )
+    return CommandOutcome(None if stopped else proc.returncode, text, stopped)
+
+
+async def _wait(proc: asyncio.subprocess.Process, out: IO[bytes], limit: float) -> str | None:
+    """Wait for ``proc`` to exit; if it runs past ``limit`` seconds or floods its output,
+    return why it must be stopped."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return f"killed after {limit:g}s timeout"
+            done, _ = await asyncio.wait({waiter}, timeout=min(remaining, _POLL))
+            if done:
+                return None
+            if os.fstat(out.fileno()).st_size > OUTPUT_KILL_BYTES:
+                return f"killed: output passed {OUTPUT_KILL_BYTES // 1_000_000} MB"
+    finally:
+        waiter.cancel()
+
+
+async def _stop(proc: asyncio.subprocess.Process, group: cgroup.CommandCgroup | None) -> None:
+    """Ask the launcher to kill what it started, then make sure: the process group and the
+    cgroup get SIGKILL."""
+    if proc.returncode is None:
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), _STOP_GRACE)
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if group is not None:
+        group.kill_all()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), _KILL_GRACE)
+
+
+async def _remove(group: cgroup.CommandCgroup) -> None:
+    for _ in range(50):  # killed processes leave the cgroup once reaped
+        if group.remove():
+            return
+        group.kill_all()
+        await asyncio.sleep(0.02)
+
+
+def _read_capped(out: IO[bytes]) -> str:
+    size = out.seek(0, os.SEEK_END)
+    out.seek(0)
+    data = out.read(OUTPUT_BYTES)
+    text = data.decode("utf-8", errors="replace")
+    if size > OUTPUT_BYTES:
+        text += f"\n[... output cut at {OUTPUT_BYTES} of {size} bytes ...]"
+    return text
+
+
+def _processes_of(uid: int) -> int:
+    """Tasks (processes and their threads) of ``uid`` now: RLIMIT_NPROC counts both."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+    return count

@@ -1,0 +1,106 @@
+"""``fabric doctor``: what this machine offers to confine commands, and what each pack gets."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any, TextIO
+
+import fabric
+from fabric.config.loader import LoadedConfig
+from fabric.domain.errors import FabricError
+from fabric.infrastructure.sandbox import INSTALL_HINT, host_report
+from fabric.interfaces.compose import build_runner
+
+
+def gather(loaded: LoadedConfig) -> dict[str, Any]:
+    """Everything `fabric doctor` shows, as plain data (also its --json output)."""
+    host = host_report()
+    report: dict[str, Any] = {
+        "fabric": fabric.__version__,
+        "python": sys.version.split()[0],
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "config": str(loaded.source),
+        "root": host.root,
+        "bwrap": {
+            "path": host.bwrap,
+            "version": host.bwrap_version,
+            "works": host.bwrap is not None and host.bwrap_error is None,
+            "error": host.bwrap_error,
+        },
+        "landlock": {
+            "abi": host.landlock_abi,
+            "works": host.landlock_error is None,
+            "error": host.landlock_error,
+        },
+        "seccomp": host.seccomp,
+        "cgroup": host.cgroup,
+        "packs": [],
+    }
+    runner = build_runner(loaded)
+    for name in loaded.config.packs:
+        row: dict[str, Any] = {"name": name}
+        try:
+            lp = runner.pack(name)
+        except FabricError as exc:
+            row |= {"ok": False, "error": str(exc)}
+            report["packs"].append(row)
+            continue
+        sandbox = lp.settings.sandbox
+        row["confinement"] = sandbox.confinement
+        row["network"] = sandbox.network
+        if "shell" not in lp.pack.tool_names() or not sandbox.allowed_commands:
+            row |= {"ok": True, "backend": None, "note": "starts no commands"}
+        else:
+            try:
+                chosen = host.backend(sandbox.confinement)
+            except FabricError as exc:
+                row |= {"ok": False, "backend": None, "error": exc.message}
+            else:
+                row |= {"ok": True, "backend": chosen.name, "note": chosen.reason}
+        report["packs"].append(row)
+    report["ok"] = all(p["ok"] for p in report["packs"])
+    return report
+
+
+def print_report(report: dict[str, Any], out: TextIO) -> None:
+    def line(text: str = "") -> None:
+        out.write(text + "\n")
+
+    line(f"fabric {report['fabric']} · Python {report['python']} · Linux {report['kernel']} "
+         f"({report['machine']}){' · running as root' if report['root'] else ''}")  # fmt: skip
+    line(f"config: {report['config']}")
+    line()
+    line("Confinement on this machine")
+    bwrap = report["bwrap"]
+    if bwrap["works"]:
+        line(f"  bubblewrap   works ({bwrap['version'] or 'unknown version'}, {bwrap['path']})")
+    else:
+        line(f"  bubblewrap   unavailable: {bwrap['error']}")
+    landlock = report["landlock"]
+    if landlock["works"]:
+        line(f"  Landlock     works (ABI {landlock['abi']}) with the seccomp filter")
+    else:
+        line(f"  Landlock     unavailable: {landlock['error']}")
+    line(
+        f"  seccomp      {'filter for this CPU' if report['seccomp'] else 'no filter for this CPU'}"
+    )
+    if report["cgroup"]:
+        line(f"  cgroups      {report['cgroup']}: process and memory caps per command")
+    else:
+        cap = "not at all for root" if report["root"] else "by RLIMIT_NPROC only"
+        line(f"  cgroups      none writable: fork bombs are bounded {cap}")
+    line()
+    line("Packs")
+    for pack in report["packs"]:
+        if not pack["ok"]:
+            line(f"  {pack['name']:<14} NOT READY: {pack['error']}")
+        elif pack.get("backend") is None:
+            line(f"  {pack['name']:<14} {pack['note']}")
+        else:
+            net = "network on" if pack["network"] else "network off"
+            line(f"  {pack['name']:<14} {pack['backend']} ({pack['note']}), {net}")
+    if not report["ok"]:
+        line()
+        line(f"To fix: {INSTALL_HINT}.")

@@ -1,0 +1,161 @@
+"""Approvals over HTTP.
+
+When a task's run reaches a tool call its pack's policy asks about, the task pauses in
+``awaiting_approval``: the runlog (and so ``GET /tasks/{id}/events``) carries
+``approval_requested`` with the exact call, ``GET /tasks/{id}`` lists it under ``approvals``,
+and ``POST /tasks/{id}/approvals/{call_id}`` with ``{"approve": true|false}`` answers it
+(recorded ``by: "http"``). With no answer within the policy's ``approval_timeout`` the call is
+denied (``by: "timeout"``); cancelling the task while it waits works as always. Either way the
+task goes back to ``running``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from fabric.application.ports import TaskStore
+from fabric.domain.errors import FabricError
+from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
+from fabric.domain.tasks import AWAITING_APPROVAL, RUNNING
+
+log = structlog.get_logger("fabric.tasks")
+BY_HTTP = "http"
+
+
+class ApprovalIn(BaseModel):
+    """A person's answer to a tool call waiting for approval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approve: StrictBool = Field(description="true runs the call; false refuses it.")
+    scope: Literal["once", "run"] = Field(
+        "once",
+        description="'once': this call only. 'run': the same answer for every later call of "
+        "this tool under the same policy rule, for the rest of the task's run.",
+    )
+
+
+class Conflict(FabricError):
+    """The request cannot be done in the task's present state."""
+
+    CODE = "conflict"
+
+
+@dataclass
+class _Pending:
+    request: ApprovalRequest
+    expires_at: str | None
+    answer: asyncio.Future[ApprovalAnswer]
+
+
+class Approvals:
+    """The calls waiting for a person, per task, in this process; and the task's status
+    while they wait (written by the run itself, so it never overwrites how a task ended)."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self._store = store
+        self._pending: dict[str, dict[str, _Pending]] = {}
+
+    def for_task(self, task_id: str) -> TaskApprover:
+        """The approver a task's run asks."""
+        return TaskApprover(self, task_id)
+
+    def listing(self, task_id: str) -> list[dict[str, Any]]:
+        """The task's calls waiting for an answer, as the API shows them."""
+        return [
+            {
+                "call_id": p.request.call_id,
+                "step": p.request.step,
+                "tool": p.request.tool,
+                "arguments": dict(p.request.arguments),
+                "rule": p.request.rule,
+                "reason": p.request.reason,
+                "expires_at": p.expires_at,
+                "url": f"/tasks/{task_id}/approvals/{p.request.call_id}",
+            }
+            for p in self._pending.get(task_id, {}).values()
+        ]
+
+    def answer(self, task_id: str, call_id: str, answer: ApprovalAnswer) -> bool:
+        """Give the waiting call its answer; False when no such call waits."""
+        pending = self._pending.get(task_id, {}).get(call_id)
+        if pending is None:
+            return False
+        if pending.answer.done():
+            raise Conflict(
+                f"the call {call_id!r} of task {task_id!r} was answered already",
+                hint="GET /tasks/{id} shows what still waits for approval",
+            )
+        pending.answer.set_result(answer)
+        log.info("task.approval", task_id=task_id, call_id=call_id, approved=answer.approved)
+        return True
+
+    async def wait(self, task_id: str, request: ApprovalRequest) -> ApprovalAnswer:
+        """Register the call (before anything else, so an answer sent the moment the event
+        is seen finds it), mark the task awaiting_approval, and wait for the answer."""
+        future: asyncio.Future[ApprovalAnswer] = asyncio.get_running_loop().create_future()
+        expires = None
+        if request.timeout is not None:
+            expires = _iso(datetime.now(UTC) + timedelta(seconds=request.timeout))
+        waiting = self._pending.setdefault(task_id, {})
+        waiting[request.call_id] = _Pending(request, expires, future)
+        try:
+            await self._set_status(task_id, AWAITING_APPROVAL)
+            return await future
+        finally:
+            waiting.pop(request.call_id, None)
+            if not waiting:
+                self._pending.pop(task_id, None)
+                await self._set_status(task_id, RUNNING)
+
+    async def _set_status(self, task_id: str, status: str) -> None:
+        try:
+            await self._store.update(task_id, status=status)
+        except (KeyError, RuntimeError) as exc:  # no such task, or the store closed: go on
+            log.warning("task.status_not_saved", task_id=task_id, status=status, error=str(exc))
+
+
+class TaskApprover:
+    """The ``Approver`` of one task's run."""
+
+    def __init__(self, approvals: Approvals, task_id: str) -> None:
+        self._approvals, self._task_id = approvals, task_id
+
+    async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+        return await self._approvals.wait(self._task_id, request)
+
+
+def call_logged(runlog: Path, call_id: str) -> bool:
+    """Whether the runlog holds a tool call with this id (to tell "not waiting" from
+    "no such call")."""
+    with contextlib.suppress(OSError), runlog.open("r", encoding="utf-8") as lines:
+        for line in lines:
+            if call_id not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if _is_call(event, call_id):
+                    return True
+    return False
+
+
+def _is_call(event: Any, call_id: str) -> bool:
+    return (
+        isinstance(event, Mapping)
+        and event.get("kind") == "tool_call"
+        and event.get("call_id") == call_id
+    )
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
