@@ -8,12 +8,11 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support import assert_valid_runlog, kinds, read_events
+from support import assert_valid_runlog, kinds, read_events, run_fabric
 from typer.testing import CliRunner
 
 from fabric.interfaces.cli.app import app
@@ -67,15 +66,7 @@ def closed_port() -> int:
 
 def fabric(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real command, in a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "fabric.interfaces.cli.app", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_fabric(*args, env=env, cwd=cwd)
 
 
 def tool_names(body: dict[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import assert_valid_runlog
+from support import assert_valid_runlog, run_fabric
 
 from fabric.testing import MockOpenAIServer, completion
 
@@ -35,15 +35,7 @@ def fabric(
     env = {**os.environ, **(extra or {})}
     if path is not None:
         env["PATH"] = path
-    return subprocess.run(
-        [sys.executable, "-m", "fabric.interfaces.cli.app", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_fabric(*args, cwd=cwd, env=env)
 
 
 def project(tmp_path: Path, confinement: str) -> Path:

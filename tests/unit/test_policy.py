@@ -322,7 +322,8 @@ def test_the_readme_policy_example_loads_and_decides_as_described(tmp_path: Path
     assert verdict(p, "shell", command="git push origin") == "ask"
     assert verdict(p, "shell", command="git -c core.pager=x log") == "deny"
     assert verdict(p, "write_file", path="a/b/Cargo.lock", content="") == "deny"
-    assert verdict(p, "fetch_url", url="https://example.org") == "ask"
+    research = load_pack(loaded, "research").settings.sandbox.policy
+    assert verdict(research, "fetch_url", url="https://example.org") == "ask"
     assert verdict(p, "shell", command="pytest -q") == "allow"
     assert match_argv(["git", "push", "*"], ["git", "push", "origin"])
     assert not match_argv(["git", "push", "*"], ["git", "push", "origin", "main"])

@@ -494,3 +494,25 @@ def test_an_explicit_empty_allowlist_is_respected(tmp_path: Path) -> None:
         """,
     )
     assert load_pack(loaded, "engineering").settings.sandbox.allowed_commands == []
+
+
+def test_a_policy_rule_for_a_tool_the_pack_lacks_is_refused_at_load(tmp_path: Path) -> None:
+    """A misspelt tool name would never match, turning an intended deny into the default."""
+    text = (
+        "packs:\n"
+        "  engineering:\n"
+        "    builder: engineering\n"
+        "    sandbox:\n"
+        "      allowed_commands: [git]\n"
+        "      policy:\n"
+        "        rules:\n"
+        "          - {tool: shell, command: 'git push **', verdict: ask}\n"
+        "          - {tool: write_fil, verdict: deny}\n"
+    )
+    loaded = load(tmp_path, text)
+    with pytest.raises(PackError) as caught:
+        load_pack(loaded, "engineering")
+    message = str(caught.value)
+    assert "rules[1].tool" in message and "'write_fil'" in message
+    line = line_of(Path(loaded.source), "write_fil")
+    assert f"fabric.yaml:{line}:" in message and "write_file" in caught.value.hint

@@ -90,7 +90,24 @@ def load_pack(loaded: LoadedConfig, name: str) -> LoadedPack:
         model=settings.model,
         description=settings.description or pack.description,
     )
+    _check_policy_tools(loaded, name, pack, settings)
     return LoadedPack(pack, settings)
+
+
+def _check_policy_tools(
+    loaded: LoadedConfig, name: str, pack: Pack, settings: PackSettings
+) -> None:
+    """A policy rule for a tool the pack does not have would never match: a misspelt name
+    must not silently turn an intended ``deny`` into the default."""
+    tools = pack.tool_names()
+    for index, rule in enumerate(settings.sandbox.policy.rules):
+        if rule.tool not in tools:
+            where = loaded.where("packs", name, "sandbox", "policy", "rules", index, "tool")
+            raise PackError(
+                f"{where}: packs.{name}.sandbox.policy.rules[{index}].tool: pack {name!r} has "
+                f"no tool {rule.tool!r}",
+                hint=f"its tools: {', '.join(tools)}",
+            )
 
 
 def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[..., Any]:

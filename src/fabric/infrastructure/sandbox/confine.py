@@ -21,6 +21,8 @@ _PR_CAPBSET_DROP, _PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS = 24, 22, 38
 _PR_SET_CHILD_SUBREAPER, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
 _SECCOMP_MODE_FILTER = 2
 _O_PATH = 0o10000000
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_CLONE_NEWNS, _MS_RDONLY, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20000, 1, 4096, 1 << 14, 1 << 18
 
 # Landlock access rights (linux/landlock.h) and the ABI that introduced the later ones.
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
@@ -141,6 +143,56 @@ def _add_rule(ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def private_mounts(plan: dict[str, list[str]]) -> None:
+    """In a mount namespace of its own (root only): the whole tree read-only, the ``writable``
+    folders bound read-write again, a private /dev/shm, and the ``hidden`` places inside
+    them covered. Landlock alone governs neither metadata (chmod, chown, timestamps) nor
+    /dev/shm, nor can it take a subfolder back from a writable folder; read-only mounts can."""
+    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    _setattr("/", _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
+    _mount("tmpfs", "/dev/shm", "tmpfs", 0)
+    for path in plan["writable"]:
+        _mount(path, path, None, _MS_BIND | _MS_REC)
+        _setattr(path, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
+    for path in plan["hidden"]:
+        if os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", _MS_RDONLY)
+        elif os.path.exists(path):
+            _mount("/dev/null", path, None, _MS_BIND)
+            _setattr(path, _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
+    os.chdir(os.getcwd())  # the working folder still pointed into the mount now covered
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
+    def raw(text: str | None) -> bytes | None:
+        return text.encode() if text is not None else None
+
+    result = _libc.mount(raw(source), raw(target), raw(fstype), ctypes.c_ulong(flags), None)
+    _check(result, f"mount({source}, {target})")
+
+
+def _setattr(path: str, attr: _MountAttr) -> None:
+    result = _libc.syscall(
+        ctypes.c_long(_SYS_MOUNT_SETATTR),
+        ctypes.c_int(_AT_FDCWD),
+        path.encode(),
+        ctypes.c_uint(_AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    _check(result, f"mount_setattr({path})")
+
+
 def drop_capabilities() -> None:
     """Empty the bounding and ambient sets: an exec'd program (even as root) gets no
     capabilities, so it cannot remount, load modules, change the network or write /proc/sys."""
@@ -238,6 +290,8 @@ def supervise(spec: dict[str, Any], on_failure: Callable[[str], NoReturn]) -> No
     if child == 0:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_DFL)
+        if spec.get("private_mounts"):
+            private_mounts(spec["private_mounts"])
         if spec.get("landlock"):
             apply_landlock(spec["landlock"])
         if spec.get("drop_caps"):

@@ -52,8 +52,8 @@ class Backend:
 
 
 @cache
-def _filter(network: bool, deny_connect: bool) -> str:
-    return seccomp.build_filter(network=network, deny_connect=deny_connect).hex()
+def _filter(network: bool) -> str:
+    return seccomp.build_filter(network=network).hex()
 
 
 def rlimits(sandbox: SandboxSettings) -> dict[str, int]:
@@ -90,7 +90,7 @@ def launch_argv(
         "drop_caps": backend.name != "none",
     }
     if backend.name != "none" and seccomp.supported():
-        spec["seccomp"] = _filter(sandbox.network, backend.name == "landlock")
+        spec["seccomp"] = _filter(sandbox.network)
     if backend.name == "bwrap":
         assert backend.bwrap is not None
         spec["argv"] = bwrap_args(
@@ -106,6 +106,12 @@ def launch_argv(
         spec["landlock"] = landlock_rules(
             workspace=workspace, temp=temp, hidden=hidden, network=sandbox.network
         )
+        if os.geteuid() == 0:  # root may make a mount namespace: read-only mounts help Landlock
+            inside = [p for p in hidden if p == workspace or workspace in p.parents]
+            spec["private_mounts"] = {
+                "writable": [str(workspace), str(temp)],
+                "hidden": [str(p) for p in inside],
+            }
     return [sys.executable, "-I", "-S", "-B", LAUNCHER, marshal.dumps(spec).hex()]
 
 
@@ -132,6 +138,7 @@ class SandboxedCommands:
             "network": self.sandbox.network,
             "seccomp": self.backend.name != "none" and seccomp.supported(),
             "landlock_abi": self.backend.landlock_abi,
+            "private_mounts": self.backend.name == "landlock" and os.geteuid() == 0,
             "cgroup": cgroup.describe(),
             "limits": res.model_dump(),
         }

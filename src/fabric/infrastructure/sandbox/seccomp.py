@@ -11,8 +11,12 @@ enough to read in full:
   with a namespace flag; ``clone3`` answers ENOSYS so the C library falls back to ``clone``),
   io_uring, BPF, perf, userfaultfd, keyrings, modules, kexec, reboot, swap, quotas, syslog,
   file handles, and the terminal-injection ioctls;
-- with the network off, sockets other than unix sockets are refused (EAFNOSUPPORT), and where
-  the filesystem cannot hide the host's sockets (Landlock), ``connect`` is refused too.
+- calls that change another process's limits, CPU affinity or priority work only on the
+  caller itself;
+- with the network off, sockets other than unix sockets are refused (EAFNOSUPPORT), and so are
+  unix datagram sockets and ``connect`` (EACCES): a host service listening on a unix socket
+  somewhere the sandbox can see stays out of reach. ``socketpair`` and listening sockets
+  work (pipes between a command's own processes).
 
 Written by hand rather than with libseccomp: the program is a few dozen instructions, and this
 keeps the launcher free of native dependencies (ADR 0012).
@@ -30,6 +34,7 @@ _NR, _ARCH, _ARGS = 0, 4, 16
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ, _JGE, _JSET = 0x15, 0x35, 0x45  # BPF_JMP | BPF_{JEQ,JGE,JSET} | BPF_K
 _RET = 0x06  # BPF_RET | BPF_K
+_ALU_AND_K = 0x54  # BPF_ALU | BPF_AND | BPF_K
 
 _KILL_PROCESS = 0x80000000
 _ERRNO = 0x00050000
@@ -38,6 +43,7 @@ _EPERM, _EACCES, _ENOSYS, _EAFNOSUPPORT = 1, 13, 38, 97
 
 _X32_BIT = 0x40000000
 _AF_UNIX = 1
+_SOCK_DGRAM, _SOCK_TYPE_MASK = 2, 0xF
 _NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET,TIME}
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 
@@ -51,6 +57,20 @@ _DENIED = [
     *("reboot", "swapon", "swapoff", "acct", "quotactl", "syslog", "lookup_dcookie"),
     *("open_by_handle_at", "name_to_handle_at"),
 ]
+
+_SELF_ONLY = [
+    ("prlimit64", 0, None),
+    ("sched_setaffinity", 0, None),
+    ("sched_setscheduler", 0, None),
+    ("sched_setparam", 0, None),
+    ("sched_setattr", 0, None),
+    ("setpriority", 1, 2),  # (which, who): PRIO_USER with who 0 is every process of the user
+    ("ioprio_set", 1, 3),  # (which, who): IOPRIO_WHO_USER likewise
+]
+"""Calls that change another process (its limits, CPU, priority): only for the caller itself
+(process id 0; for the two that also take a user, not per user), so a command cannot starve
+or constrain processes outside it that share its user (under Landlock, host processes are
+visible). Entries: name, the argument holding the process id, the "whole user" selector."""
 
 # name, x86-64 number, arm64 number: from the kernel's uapi headers (asm/unistd_64.h and
 # asm-generic/unistd.h)
@@ -69,7 +89,9 @@ swapon 167 224          swapoff 168 225            acct 163 89
 quotactl 179 60         open_by_handle_at 304 265  name_to_handle_at 303 264
 syslog 103 116          lookup_dcookie 212 18      chroot 161 51
 clone 56 220            clone3 435 435             socket 41 198
-connect 42 203          ioctl 16 29
+connect 42 203          ioctl 16 29                prlimit64 302 261
+setpriority 141 140     sched_setaffinity 203 122  sched_setscheduler 144 119
+sched_setparam 142 118  sched_setattr 314 274      ioprio_set 251 30
 """
 
 
@@ -95,12 +117,13 @@ def supported(machine: str | None = None) -> bool:
     return (machine or platform.machine()).lower() in _ARCHES
 
 
-def build_filter(*, network: bool, deny_connect: bool = False, machine: str | None = None) -> bytes:
+def build_filter(*, network: bool, machine: str | None = None) -> bytes:
     """The filter as an array of ``struct sock_filter`` (8 bytes each), ready for
     ``seccomp(SECCOMP_SET_MODE_FILTER)`` or bubblewrap's ``--seccomp``."""
     arch = _ARCHES[(machine or platform.machine()).lower()]
     nr = arch.numbers
     code: list[tuple[int, int | str, int | str, int]] = []
+    labels: dict[str, int] = {}
 
     def load(offset: int) -> None:
         code.append((_LD_W_ABS, 0, 0, offset))
@@ -113,7 +136,6 @@ def build_filter(*, network: bool, deny_connect: bool = False, machine: str | No
             labels[label] = len(code)
         code.append((_RET, 0, 0, value))
 
-    labels: dict[str, int] = {}
     load(_ARCH)
     jump(_JEQ, arch.audit, 0, "kill")
     load(_NR)
@@ -124,10 +146,11 @@ def build_filter(*, network: bool, deny_connect: bool = False, machine: str | No
     jump(_JEQ, nr["clone3"], "enosys")
     jump(_JEQ, nr["clone"], "clone")
     jump(_JEQ, nr["ioctl"], "ioctl")
+    for name, arg, user in _SELF_ONLY:
+        jump(_JEQ, nr[name], f"self{arg}-{user}")
     if not network:
         jump(_JEQ, nr["socket"], "socket")
-        if deny_connect:
-            jump(_JEQ, nr["connect"], "eacces")
+        jump(_JEQ, nr["connect"], "eacces")
     ret(_ALLOW)
     labels["clone"] = len(code)
     load(_ARGS)  # flags: the low 32 bits of the first argument
@@ -138,10 +161,21 @@ def build_filter(*, network: bool, deny_connect: bool = False, machine: str | No
     jump(_JEQ, _TIOCSTI, "eperm")
     jump(_JEQ, _TIOCLINUX, "eperm")
     ret(_ALLOW)
+    for arg, user in sorted({(arg, user) for _, arg, user in _SELF_ONLY}, key=str):
+        labels[f"self{arg}-{user}"] = len(code)
+        if user is not None:
+            load(_ARGS)  # which: a process, a group (its own, with 0) or a whole user
+            jump(_JEQ, user, "eperm")
+        load(_ARGS + 8 * arg)  # a process id: 0 (the caller itself) or refused
+        jump(_JEQ, 0, 0, "eperm")
+        ret(_ALLOW)
     if not network:
         labels["socket"] = len(code)
         load(_ARGS)  # the address family
         jump(_JEQ, _AF_UNIX, 0, "eafnosupport")
+        load(_ARGS + 8)  # the type, with SOCK_NONBLOCK / SOCK_CLOEXEC in the high bits
+        code.append((_ALU_AND_K, 0, 0, _SOCK_TYPE_MASK))
+        jump(_JEQ, _SOCK_DGRAM, "eacces")  # datagrams reach a host socket without connect
         ret(_ALLOW)
         ret(_ERRNO | _EAFNOSUPPORT, "eafnosupport")
         ret(_ERRNO | _EACCES, "eacces")
