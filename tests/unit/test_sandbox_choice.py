@@ -118,3 +118,26 @@ def test_the_seccomp_program_is_well_formed(machine: str, network: bool) -> None
     for index, (code, jt, jf, _) in enumerate(instructions):
         if code & 0x07 == 0x05:  # a jump: both targets inside the program
             assert index + 1 + max(jt, jf) < len(instructions)
+
+
+def test_a_program_in_a_private_folder_stays_visible_read_only(tmp_path: Path) -> None:
+    """A virtual environment under /tmp (bubblewrap gives the sandbox an empty /tmp): its root
+    is bound back read-only, so `.venv/bin/python` still runs; /tmp itself stays private."""
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python3"
+    python.write_text("")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    args = bwrap_args(
+        "/usr/bin/bwrap",
+        workspace=workspace,
+        hidden=[],
+        network=False,
+        command=[str(python)],
+        programs=[str(python), str(venv / "bin"), "/usr/bin", "relative/bin"],
+    )
+    pairs = [args[i + 1] for i, a in enumerate(args) if a == "--ro-bind"]
+    assert str(venv) in pairs
+    assert "/tmp" not in pairs and "/usr/bin" not in pairs
+    assert args.index(str(venv)) > args.index("--tmpfs")  # bound after /tmp is emptied

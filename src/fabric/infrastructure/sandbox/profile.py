@@ -50,6 +50,10 @@ def hidden_paths(protected: Iterable[Path], home: str | None = None) -> list[Pat
     return sorted(set(found))
 
 
+_PRIVATE = ("/tmp", "/run", "/var/tmp", "/dev/shm")
+"""Host folders a bubblewrap sandbox gets empty ones of its own in place of."""
+
+
 def bwrap_args(
     bwrap: str,
     *,
@@ -57,19 +61,24 @@ def bwrap_args(
     hidden: Sequence[Path],
     network: bool,
     command: Sequence[str],
+    programs: Sequence[str] = (),
     seccomp_fd: str = "{seccomp_fd}",
 ) -> list[str]:
     """The bubblewrap command line: read-only host, private /tmp, /run, /var/tmp and
     /dev/shm, the workspace bound read-write, hidden paths covered, new namespaces (the
     network's too unless allowed), no capabilities, the seccomp filter, and death with fabric.
-    """
+
+    ``programs`` (the command's executable and its PATH folders) stay visible, read-only,
+    where they lie in one of the private folders: a virtual environment under /tmp, say."""
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for name in _PROC_READ_ONLY:
         if Path("/proc", name).exists():
             args += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
-    for place in ("/tmp", "/run", "/var/tmp", "/dev/shm"):
+    for place in _PRIVATE:
         if place == "/dev/shm" or Path(place).is_dir():
             args += ["--tmpfs", place]
+    for folder in _exposed(programs, workspace):
+        args += ["--ro-bind", folder, folder]
     args += ["--bind", str(workspace), str(workspace)]
     for path in hidden:
         args += _cover(path)
@@ -90,6 +99,26 @@ def bwrap_args(
         *command,
     ]
     return args
+
+
+def _exposed(programs: Sequence[str], workspace: Path) -> list[str]:
+    """The folders to bind back for ``programs`` that lie under a private folder: the
+    folder holding the program's folder (a venv's root for ``.venv/bin/python``), or the
+    program's folder itself when that is directly in the private one."""
+    found: dict[str, None] = {}
+    for program in programs:
+        path = Path(program)
+        if not path.is_absolute():
+            continue
+        folder = path if path.is_dir() else path.parent
+        for private in _PRIVATE:
+            root = Path(private)
+            if root not in folder.parents:
+                continue
+            keep = folder.parent if folder.parent != root else folder
+            if keep.is_dir() and keep != workspace and workspace not in keep.parents:
+                found[str(keep)] = None
+    return list(found)
 
 
 def _cover(path: Path) -> list[str]:

@@ -81,8 +81,10 @@ def launch_argv(
     temp: Path,
     command: Sequence[str],
     cgroups: Sequence[str],
+    search_path: str = "",
 ) -> list[str]:
-    """The launcher's command line for ``command`` under ``backend``."""
+    """The launcher's command line for ``command`` under ``backend`` (``search_path``: the
+    command's PATH, whose folders must stay visible)."""
     spec: dict[str, Any] = {
         "mode": backend.name,
         "limits": rlimits(sandbox),
@@ -99,6 +101,7 @@ def launch_argv(
             hidden=hidden,
             network=sandbox.network,
             command=command,
+            programs=[command[0], *search_path.split(os.pathsep)],
         )
     else:
         spec["argv"] = list(command)
@@ -158,6 +161,7 @@ class SandboxedCommands:
                 temp=temp,
                 command=argv,
                 cgroups=group.procs_files if group else [],
+                search_path=env.get("PATH", ""),
             )
             child_env = dict(env)
             if self.backend.name != "bwrap":

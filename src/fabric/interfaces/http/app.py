@@ -11,7 +11,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,81 +18,24 @@ import structlog
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fabric.config.loader import LoadedConfig
-from fabric.domain.errors import ConfigError, FabricError, ModelError, PackError
-from fabric.domain.tasks import STATUSES, TaskRecord
+from fabric.domain.errors import ConfigError, FabricError
+from fabric.domain.tasks import STATUSES
 from fabric.infrastructure.tasks import SqliteTaskStore
 from fabric.interfaces.compose import build_runner
 
-from .approvals import ApprovalIn, Conflict
+from .approvals import ApprovalIn
 from .events import follow_runlog, last_event_id, runlog_snapshot, sse_comment, sse_event
 from .executor import LocalExecutor
 from .resume import requeue
 from .security import BearerAuth, BodyLimit, HostCheck
-from .service import NotFound, ServiceUnavailable, TaskService
+from .service import NotFound, TaskService
+from .shapes import ResumeIn, TaskIn, error_response, status_of, task_json
 
 log = structlog.get_logger("fabric.http")
-
-
-class ResumeIn(BaseModel):
-    """How to resume a task."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_steps: int | None = Field(
-        None, ge=1, le=10_000, description="Model calls at most, in all (default: the task's)."
-    )
-
-
-class TaskIn(BaseModel):
-    """A task to run."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    pack: str = Field(min_length=1, max_length=200, description="A pack name (GET /packs).")
-    task: str = Field(min_length=1, description="What the pack should do.")
-    model: str | None = Field(None, max_length=300, description="A model key or name.")
-    backend: str | None = Field(None, max_length=100, description="A backend name, or auto.")
-    workspace: str | None = Field(
-        None, max_length=4096, description="A folder under the service's workspace roots."
-    )
-    max_steps: int | None = Field(None, ge=1, le=10_000, description="Model calls at most.")
-
-
-def _task_json(record: TaskRecord, approvals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    out = asdict(record)
-    out["approvals"] = approvals or []
-    out["urls"] = {
-        "self": f"/tasks/{record.id}",
-        "events": f"/tasks/{record.id}/events",
-        "runlog": f"/tasks/{record.id}/runlog",
-        "cancel": f"/tasks/{record.id}/cancel",
-        "resume": f"/tasks/{record.id}/resume",
-    }
-    return out
-
-
-def _error(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
-    body = {"error": {"code": code, "message": message, "details": details}}
-    return JSONResponse(body, status_code=status)
-
-
-def _status_of(exc: FabricError) -> int:
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Conflict):
-        return 409
-    if isinstance(exc, ServiceUnavailable):
-        return 503
-    if isinstance(exc, PackError | ConfigError):
-        return 422
-    if isinstance(exc, ModelError):
-        return 502
-    return 500
 
 
 def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
@@ -139,8 +81,8 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
 
     @app.exception_handler(FabricError)
     async def fabric_error(_: Request, exc: FabricError) -> JSONResponse:
-        return _error(
-            _status_of(exc), exc.code, exc.message, {"hint": exc.hint} if exc.hint else None
+        return error_response(
+            status_of(exc), exc.code, exc.message, {"hint": exc.hint} if exc.hint else None
         )
 
     @app.exception_handler(RequestValidationError)
@@ -148,22 +90,22 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
         details = [
             {"loc": list(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors()
         ]
-        return _error(422, "invalid_request", "the request does not match the API", details)
+        return error_response(422, "invalid_request", "the request does not match the API", details)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, str(exc.detail))
+        return error_response(exc.status_code, code, str(exc.detail))
 
     @app.exception_handler(Exception)
     async def crashed(_: Request, exc: Exception) -> JSONResponse:
         log.exception("request.crashed")
-        return _error(500, "internal_error", "the service failed; see its log")
+        return error_response(500, "internal_error", "the service failed; see its log")
 
     @app.post("/tasks", status_code=202, summary="Submit a task")
     async def submit(body: TaskIn) -> dict[str, Any]:
         record = await service.submit(**body.model_dump())
-        return _task_json(record)
+        return task_json(record)
 
     @app.get("/tasks", summary="List tasks, newest first")
     async def list_tasks(
@@ -178,7 +120,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
             )
         records = await store.query(status=status, pack=pack, limit=limit, before=before)
         nxt = records[-1].id if len(records) == limit else None
-        tasks = [_task_json(r, service.approvals.listing(r.id)) for r in records]
+        tasks = [task_json(r, service.approvals.listing(r.id)) for r in records]
         return {"tasks": tasks, "next": nxt}
 
     @app.get(
@@ -186,7 +128,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
         summary="One task: status, steps so far, result, calls waiting for approval",
     )
     async def get_task(task_id: str) -> dict[str, Any]:
-        return _task_json(await service.get(task_id), service.approvals.listing(task_id))
+        return task_json(await service.get(task_id), service.approvals.listing(task_id))
 
     @app.post(
         "/tasks/{task_id}/approvals/{call_id}",
@@ -208,7 +150,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
 
     @app.post("/tasks/{task_id}/cancel", status_code=202, summary="Cancel a task")
     async def cancel(task_id: str) -> dict[str, Any]:
-        return _task_json(await service.cancel(task_id))
+        return task_json(await service.cancel(task_id))
 
     @app.post(
         "/tasks/{task_id}/resume",
@@ -225,7 +167,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     )
     async def resume(task_id: str, body: ResumeIn | None = None) -> dict[str, Any]:
         max_steps = body.max_steps if body is not None else None
-        return _task_json(await requeue(service, task_id, max_steps))
+        return task_json(await requeue(service, task_id, max_steps))
 
     @app.get(
         "/tasks/{task_id}/runlog",
@@ -311,11 +253,11 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     async def readyz() -> JSONResponse:
         name = loaded.config.default_pack or next(iter(loaded.config.packs), None)
         if name is None:
-            return _error(503, "not_ready", "the config declares no packs")
+            return error_response(503, "not_ready", "the config declares no packs")
         try:
             chosen = await runner.resolve(name, fresh=True)
         except FabricError as exc:
-            return _error(503, "not_ready", exc.message, {"hint": exc.hint})
+            return error_response(503, "not_ready", exc.message, {"hint": exc.hint})
         return JSONResponse({"status": "ready", "backend": chosen.backend, "model": chosen.model})
 
     hosts = {h.lower() for h in settings.allowed_hosts} | {settings.host.lower()}

@@ -1,0 +1,73 @@
+"""What the HTTP API reads and writes: request bodies, the task document, the error shape and
+which status an error gets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from fabric.domain.errors import ConfigError, FabricError, ModelError, PackError
+from fabric.domain.tasks import TaskRecord
+
+from .approvals import Conflict
+from .service import NotFound, ServiceUnavailable
+
+
+class ResumeIn(BaseModel):
+    """How to resume a task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int | None = Field(
+        None, ge=1, le=10_000, description="Model calls at most, in all (default: the task's)."
+    )
+
+
+class TaskIn(BaseModel):
+    """A task to run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pack: str = Field(min_length=1, max_length=200, description="A pack name (GET /packs).")
+    task: str = Field(min_length=1, description="What the pack should do.")
+    model: str | None = Field(None, max_length=300, description="A model key or name.")
+    backend: str | None = Field(None, max_length=100, description="A backend name, or auto.")
+    workspace: str | None = Field(
+        None, max_length=4096, description="A folder under the service's workspace roots."
+    )
+    max_steps: int | None = Field(None, ge=1, le=10_000, description="Model calls at most.")
+
+
+def task_json(record: TaskRecord, approvals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    out = asdict(record)
+    out["approvals"] = approvals or []
+    out["urls"] = {
+        "self": f"/tasks/{record.id}",
+        "events": f"/tasks/{record.id}/events",
+        "runlog": f"/tasks/{record.id}/runlog",
+        "cancel": f"/tasks/{record.id}/cancel",
+        "resume": f"/tasks/{record.id}/resume",
+    }
+    return out
+
+
+def error_response(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
+    body = {"error": {"code": code, "message": message, "details": details}}
+    return JSONResponse(body, status_code=status)
+
+
+def status_of(exc: FabricError) -> int:
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, Conflict):
+        return 409
+    if isinstance(exc, ServiceUnavailable):
+        return 503
+    if isinstance(exc, PackError | ConfigError):
+        return 422
+    if isinstance(exc, ModelError):
+        return 502
+    return 500
