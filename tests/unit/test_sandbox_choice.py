@@ -4,6 +4,7 @@ seccomp program's shape. (Whether the confinement holds is tests/sandbox/.)"""
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -141,3 +142,27 @@ def test_a_program_in_a_private_folder_stays_visible_read_only(tmp_path: Path) -
     assert str(venv) in pairs
     assert "/tmp" not in pairs and "/usr/bin" not in pairs
     assert args.index(str(venv)) > args.index("--tmpfs")  # bound after /tmp is emptied
+
+
+def test_the_probe_is_kept_on_disk_and_redone_when_the_machine_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabric.infrastructure.sandbox import probe
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    first = probe.host_report(fresh=True)
+    stored = json.loads((tmp_path / "fabric" / "sandbox_probe.json").read_text())
+    assert stored["report"]["bwrap_error"] == first.bwrap_error
+
+    # a later process reads the answer instead of probing (here: a planted one, to tell)
+    stored["report"]["bwrap_error"] = "planted"
+    (tmp_path / "fabric" / "sandbox_probe.json").write_text(json.dumps(stored))
+    monkeypatch.setattr(probe, "_memo", [])
+    assert probe.host_report().bwrap_error == "planted"
+
+    # another machine (kernel, bwrap binary, user, settings): probed again
+    stored["key"] = "another machine"
+    (tmp_path / "fabric" / "sandbox_probe.json").write_text(json.dumps(stored))
+    monkeypatch.setattr(probe, "_memo", [])
+    assert probe.host_report().bwrap_error == first.bwrap_error
+    monkeypatch.setattr(probe, "_memo", [])  # leave no planted answer for other tests

@@ -24,12 +24,27 @@ from typing import Any
 FORMAT_VERSION = 1
 
 
-def default_path(env: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_CACHE_HOME/fabric/tool_probes.json``, else ``~/.cache/fabric/...``."""
+def default_path(env: Mapping[str, str] | None = None, name: str = "tool_probes.json") -> Path:
+    """``$XDG_CACHE_HOME/fabric/<name>``, else ``~/.cache/fabric/<name>``."""
     env = os.environ if env is None else env
     base = env.get("XDG_CACHE_HOME") or ""
     root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".cache"
-    return root / "fabric" / "tool_probes.json"
+    return root / "fabric" / name
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` whole or not at all (a temporary file, then a
+    rename), so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=1, sort_keys=True)
+            out.write("\n")
+        Path(tmp).replace(path)  # atomic, like os.replace
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 class ProbeCache:
@@ -72,13 +87,4 @@ class ProbeCache:
         }
 
     def _write(self, data: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tool_probes.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(data, out, indent=1, sort_keys=True)
-                out.write("\n")
-            Path(tmp).replace(self.path)  # atomic, like os.replace
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomic(self.path, data)

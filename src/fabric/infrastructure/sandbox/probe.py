@@ -7,16 +7,21 @@ namespaces (a container without user namespaces, say) is reported with its own e
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
+import fabric
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError
+from fabric.infrastructure.llm.probe_cache import default_path, write_json_atomic
 
 from . import cgroup, seccomp
 from .confine import landlock_abi
@@ -70,19 +75,49 @@ class HostReport:
         )
 
 
-@cache
-def host_report() -> HostReport:
-    """Probe once per process (tens of milliseconds)."""
+_CACHE_NAME = "sandbox_probe.json"
+_SETTINGS = (
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
+"""Kernel settings that decide whether bubblewrap may create namespaces."""
+
+
+_memo: list[HostReport] = []
+
+
+def host_report(*, fresh: bool = False) -> HostReport:
+    """What confinement the machine offers. Probing costs tens of milliseconds, so the answer
+    is kept for the process and on disk (``~/.cache/fabric/sandbox_probe.json``), keyed by
+    what could change it (kernel, user, the bwrap binary, the user-namespace settings);
+    ``fresh`` probes again (``fabric doctor`` does). A stale "works" cannot weaken anything:
+    a backend that fails reports a sandbox error on the first command, never runs it
+    unconfined."""
+    if _memo and not fresh:
+        return _memo[0]
+    bwrap = shutil.which("bwrap")
+    abi = landlock_abi()
+    key = _fingerprint(bwrap, abi)
+    path = default_path(name=_CACHE_NAME)
+    report = None if fresh else _cached(path, key)
+    if report is None:
+        report = _probe(bwrap, abi)
+        with contextlib.suppress(OSError):  # only a cache
+            write_json_atomic(path, {"key": key, "report": dataclasses.asdict(report)})
+    _memo[:] = [report]
+    return report
+
+
+def _probe(bwrap: str | None, abi: int) -> HostReport:
     with tempfile.TemporaryDirectory(prefix="fabric-probe-") as folder:
         workspace = Path(folder)
-        bwrap = shutil.which("bwrap")
         version = bwrap_error = None
         if bwrap is None:
             bwrap_error = "the bwrap program is not installed"
         else:
             version = _output([bwrap, "--version"]).strip() or None
             bwrap_error = _try(Backend("bwrap", "probe", bwrap=bwrap), workspace)
-        abi = landlock_abi()
         landlock_error = None
         if not abi:
             landlock_error = "this kernel has no Landlock (Linux 5.13+ with the LSM enabled)"
@@ -100,6 +135,30 @@ def host_report() -> HostReport:
         cgroup=cgroup.describe(),
         root=os.geteuid() == 0,
     )
+
+
+def _fingerprint(bwrap: str | None, abi: int) -> str:
+    parts = [fabric.__version__, platform.release(), platform.machine()]
+    parts += [str(os.geteuid()), str(abi)]
+    if bwrap is not None:
+        with contextlib.suppress(OSError):
+            info = Path(bwrap).stat()
+            parts += [bwrap, str(info.st_size), str(info.st_mtime_ns)]
+    for setting in _SETTINGS:
+        with contextlib.suppress(OSError):
+            parts.append(Path(setting).read_text().strip())
+    parts.append(str(cgroup.describe()))
+    return "|".join(parts)
+
+
+def _cached(path: Path, key: str) -> HostReport | None:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        if data["key"] != key:
+            return None
+        return HostReport(**data["report"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def backend_for(sandbox: SandboxSettings) -> Backend:

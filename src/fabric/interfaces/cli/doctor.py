@@ -15,7 +15,7 @@ from fabric.interfaces.compose import build_runner
 
 def gather(loaded: LoadedConfig) -> dict[str, Any]:
     """Everything `fabric doctor` shows, as plain data (also its --json output)."""
-    host = host_report()
+    host = host_report(fresh=True)  # the doctor looks again, and refreshes the cache
     report: dict[str, Any] = {
         "fabric": fabric.__version__,
         "python": sys.version.split()[0],
