@@ -20,8 +20,7 @@ from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatResponse, Message
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
-from fabric.infrastructure.runlog import JsonlRunLog
-from fabric.interfaces.cli.render import read_runlog
+from fabric.infrastructure.runlog import JsonlRunLog, read_runlog
 from fabric.interfaces.compose import build_runner
 from fabric.testing import FunctionChatClient, MemoryRunLog, ScriptedChatClient, tool_call
 

@@ -293,8 +293,9 @@ def show(
 ) -> None:
     """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
     from fabric.domain.errors import ConfigError
+    from fabric.infrastructure.runlog import read_runlog
 
-    from .render import find_runlog, follow_runlog_lines, read_runlog, show_timeline
+    from .render import find_runlog, follow_runlog_lines, show_timeline
 
     try:
         path = find_runlog(run, lambda: _load(config, as_json).runs_dir)
@@ -366,10 +367,11 @@ def resume(
     in the same runlog and workspace; completed steps are not sent to the model again."""
 
     from fabric.domain.errors import ConfigError
+    from fabric.infrastructure.runlog import read_runlog
     from fabric.interfaces.compose import build_runner
 
     from .approve import cli_approver
-    from .render import Progress, find_runlog, read_runlog
+    from .render import Progress, find_runlog
 
     loaded = _load(config, as_json)
     try:

@@ -9,7 +9,6 @@ from typing import Any, TextIO
 
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatDelta, RunResult
-from fabric.domain.runlog import check_versions
 
 from .approve import POLICY_KINDS, describe_policy
 
@@ -229,34 +228,6 @@ def find_runlog(ref: str, runs_dir: Callable[[], Path]) -> Path:
         f"no run {ref!r}: not a runlog file, a run folder, or a run id under {runs_dir()}",
         hint="pass the runlog path printed by `fabric run`, or a folder name under runs/",
     )
-
-
-def read_runlog(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every complete line of a runlog; unreadable lines are reported, not fatal. A runlog of
-    a format version newer than this fabric reads is refused (``ConfigError``)."""
-    events: list[dict[str, Any]] = []
-    problems: list[str] = []
-    try:
-        text = path.read_text("utf-8", errors="replace")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
-    lines = text.split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            torn = number == len(lines)
-            what = "the last line is torn (the run may have crashed)" if torn else "bad JSON"
-            problems.append(f"{path}:{number}: {what}; skipped")
-            continue
-        if isinstance(event, dict) and "kind" in event:
-            events.append(event)
-        else:
-            problems.append(f"{path}:{number}: not a runlog event; skipped")
-    check_versions(events, str(path))
-    return events, problems
 
 
 def show_timeline(

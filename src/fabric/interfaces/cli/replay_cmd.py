@@ -24,10 +24,8 @@ if TYPE_CHECKING:
 def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -> int:
     """Replay the runlog at ``path``; print the report; return the exit code."""
     from fabric.application.replay import Recording, replay
-    from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
+    from fabric.infrastructure.runlog import JsonlRunLog, new_run_id, read_runlog
     from fabric.interfaces.compose import build_runner
-
-    from .render import read_runlog
 
     events, problems = read_runlog(path)
     for problem in problems:

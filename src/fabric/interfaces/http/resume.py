@@ -20,8 +20,8 @@ from fabric.application.resume import plan_resume
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunResult
 from fabric.domain.tasks import INTERRUPTED, QUEUED, TaskRecord
+from fabric.infrastructure.runlog import read_runlog
 from fabric.infrastructure.runlog.writer import Observer
-from fabric.interfaces.cli.render import read_runlog
 from fabric.interfaces.compose import Runner
 
 from .approvals import Conflict
