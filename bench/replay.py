@@ -39,8 +39,7 @@ from typing import Any
 
 from fabric.application.replay import replay
 from fabric.config.loader import LoadedConfig, load_config
-from fabric.infrastructure.runlog import JsonlRunLog
-from fabric.interfaces.cli.render import read_runlog
+from fabric.infrastructure.runlog import JsonlRunLog, read_runlog
 from fabric.interfaces.cli.replay_cmd import run_replay
 from fabric.interfaces.compose import build_runner
 from fabric.testing import ScriptedChatClient, tool_call

@@ -76,3 +76,27 @@ def test_follow_shows_events_until_the_run_finishes(tmp_path: Path) -> None:
     events = [json.loads(line) for line in result.stdout.splitlines()]
     assert [e["seq"] for e in events] == list(range(8))
     assert events[-1]["kind"] == "run_finished"
+
+
+def test_follow_stops_with_a_clear_error_at_a_line_from_a_newer_fabric(tmp_path: Path) -> None:
+    """A run resumed by a newer fabric may append lines of a format this one cannot read."""
+    log = JsonlRunLog(tmp_path, "r3")
+    _started(log)
+    _step(log, 1)
+
+    def go_on() -> None:
+        time.sleep(0.3)  # while `show --follow` is already waiting
+        newer = {"v": 99, "seq": 4, "ts": "2026-11-22T00:00:00Z", "run_id": "r3", "kind": "x"}
+        with log.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(newer) + "\n")
+
+    writer = threading.Thread(target=go_on)
+    writer.start()
+    try:
+        result = CliRunner().invoke(app, ["show", str(log.path), "--follow"])
+    finally:
+        writer.join(30)
+        log.close()
+    assert result.exit_code == 2
+    assert "newer fabric" in result.stderr and "upgrade fabric" in result.stderr
+    assert "list_files" in result.stdout  # what it could read was shown first

@@ -16,7 +16,8 @@ import pytest
 from support import read_events
 
 from fabric.infrastructure.runlog import JsonlRunLog
-from fabric.interfaces.http.events import follow_runlog, last_event_id, sse_comment, sse_event
+from fabric.infrastructure.runlog.tail import follow_runlog
+from fabric.interfaces.http.events import last_event_id, sse_comment, sse_event
 
 GUARD = 10.0  # seconds: only a hang guard, never an assertion about speed
 

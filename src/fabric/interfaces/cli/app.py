@@ -16,7 +16,7 @@ import typer
 from fabric.domain.errors import FabricError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable
 
     from fabric.config.loader import LoadedConfig
     from fabric.domain.models import RunResult
@@ -292,36 +292,35 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
+    from .render import show_events
+
+    path, events = _read(run, lambda: _load(config, as_json).runs_dir, as_json)
+    try:
+        show_events(events, path, sys.stdout, step=step, kinds=kind, follow=follow, as_json=as_json)
+    except FabricError as exc:  # a line appended by a newer fabric while following
+        _fail(exc, as_json=as_json, code=2)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _read(
+    run: str, runs_dir: Callable[[], Path], as_json: bool
+) -> tuple[Path, list[dict[str, Any]]]:
+    """The runlog a run id, run folder or path names, and its events; unreadable lines are
+    warnings, a missing or too new runlog exits 2."""
     from fabric.domain.errors import ConfigError
     from fabric.infrastructure.runlog import read_runlog
 
-    from .render import find_runlog, follow_runlog_lines, show_timeline
+    from .render import find_runlog
 
     try:
-        path = find_runlog(run, lambda: _load(config, as_json).runs_dir)
+        path = find_runlog(run, runs_dir)
         events, problems = read_runlog(path)
     except ConfigError as exc:
         _fail(exc, as_json=as_json, code=2)
     for problem in problems:
         typer.echo(f"warning: {problem}", err=True)
-
-    def wanted(event: dict[str, Any]) -> bool:
-        return (step is None or event.get("step") == step) and (not kind or event["kind"] in kind)
-
-    shown = [e for e in events if wanted(e)]
-    if as_json and follow:  # a stream: one JSON object a line
-        for event in shown:
-            typer.echo(json.dumps(event, ensure_ascii=False))
-    elif as_json:
-        typer.echo(json.dumps(shown, indent=2, ensure_ascii=False))
-    else:
-        show_timeline(shown, path, sys.stdout, complete=not (step or kind or follow))
-    if follow and not any(e["kind"] == "run_finished" for e in events):
-        after = events[-1]["seq"] if events else -1
-        try:
-            follow_runlog_lines(path, after, wanted, sys.stdout, as_json=as_json)
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+    return path, events
 
 
 @app.command()
@@ -365,22 +364,13 @@ def resume(
 ) -> None:
     """Continue an interrupted run (or one that hit its step limit, with a higher --max-steps)
     in the same runlog and workspace; completed steps are not sent to the model again."""
-
-    from fabric.domain.errors import ConfigError
-    from fabric.infrastructure.runlog import read_runlog
     from fabric.interfaces.compose import build_runner
 
     from .approve import cli_approver
-    from .render import Progress, find_runlog
+    from .render import Progress
 
     loaded = _load(config, as_json)
-    try:
-        path = find_runlog(run, lambda: loaded.runs_dir)
-        events, problems = read_runlog(path)
-    except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
-    for problem in problems:
-        typer.echo(f"warning: {problem}", err=True)
+    path, events = _read(run, lambda: loaded.runs_dir, as_json)
     progress = Progress(sys.stderr, live=sys.stderr.isatty())
     runner = build_runner(loaded, on_status=_status)
 

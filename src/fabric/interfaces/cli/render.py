@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatDelta, RunResult
+from fabric.domain.runlog import check_versions
 
 from .approve import POLICY_KINDS, describe_policy
 
@@ -230,6 +231,35 @@ def find_runlog(ref: str, runs_dir: Callable[[], Path]) -> Path:
     )
 
 
+def show_events(
+    events: list[dict[str, Any]],
+    path: Path,
+    out: TextIO,
+    *,
+    step: int | None = None,
+    kinds: list[str] | None = None,
+    follow: bool = False,
+    as_json: bool = False,
+) -> None:
+    """``fabric show``: the events of one step and/or of some kinds (all by default), as a
+    timeline or JSON; with ``follow``, then the lines appended until the run ends."""
+
+    def wanted(event: Mapping[str, Any]) -> bool:
+        return (step is None or event.get("step") == step) and (not kinds or event["kind"] in kinds)
+
+    shown = [e for e in events if wanted(e)]
+    if as_json and follow:  # a stream: one JSON object a line
+        for event in shown:
+            out.write(json.dumps(event, ensure_ascii=False) + "\n")
+    elif as_json:
+        out.write(json.dumps(shown, indent=2, ensure_ascii=False) + "\n")
+    else:
+        show_timeline(shown, path, out, complete=not (step or kinds or follow))
+    if follow and not any(e["kind"] == "run_finished" for e in events):
+        after = events[-1]["seq"] if events else -1
+        follow_runlog_lines(path, after, wanted, out, as_json=as_json)
+
+
 def show_timeline(
     events: list[dict[str, Any]], path: Path, out: TextIO, *, complete: bool = True
 ) -> None:
@@ -264,13 +294,16 @@ def follow_runlog_lines(
     stops following a run that was killed and will never finish)."""
     import asyncio
 
-    from fabric.interfaces.http.events import follow_runlog
+    from fabric.infrastructure.runlog.tail import follow_runlog
 
     pending: dict[str, Mapping[str, Any]] = {}
 
     async def tail() -> None:
         async for event in follow_runlog(path, after=after, is_over=lambda: False):
-            if event is None or not wanted(event):
+            if event is None:
+                continue
+            check_versions([event], str(path))  # a newer fabric may append (resume)
+            if not wanted(event):
                 continue
             line = (
                 json.dumps(event, ensure_ascii=False)

@@ -24,11 +24,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.tasks import STATUSES
+from fabric.infrastructure.runlog.tail import follow_runlog, runlog_snapshot
 from fabric.infrastructure.tasks import SqliteTaskStore
 from fabric.interfaces.compose import build_runner
 
 from .approvals import ApprovalIn
-from .events import follow_runlog, last_event_id, runlog_snapshot, sse_comment, sse_event
+from .events import last_event_id, sse_comment, sse_event
 from .executor import LocalExecutor
 from .resume import requeue
 from .security import BearerAuth, BodyLimit, HostCheck
