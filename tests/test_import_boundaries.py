@@ -54,3 +54,37 @@ def test_boundary_check_catches_a_violation(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
     module.write_text("def f():\n    from fabric.infrastructure.llm import openai_compat\n")
     assert "fabric.infrastructure.llm" in _imports(module)
+
+
+NOT_FROM = {
+    "infrastructure": ("fabric.interfaces",),
+    "interfaces/cli": ("fabric.interfaces.http",),
+    "interfaces/http": ("fabric.interfaces.cli",),
+}
+"""Adapters never reach into the interfaces; the CLI and the HTTP service share code through the
+layers below them (and ``interfaces/compose.py``, ``interfaces/models_report.py``), not through
+each other. The one exception: ``fabric serve`` (cli/serve.py) starts the HTTP service."""
+STARTS_THE_SERVICE = "interfaces/cli/serve.py"
+
+
+@pytest.mark.parametrize("folder", sorted(NOT_FROM))
+def test_no_reaching_sideways_or_outwards(folder: str) -> None:
+    bad = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in sorted((SRC / folder).rglob("*.py"))
+        if str(path.relative_to(SRC)) != STARTS_THE_SERVICE
+        for name in _imports(path)
+        if name.startswith(NOT_FROM[folder])
+    ]
+    assert not bad, "boundary broken:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", ["launcher.py", "confine.py"])
+def test_the_sandbox_launcher_uses_the_standard_library_only(name: str) -> None:
+    """It runs as `python -I -S` (no site-packages, nothing from the workspace): an import of
+    fabric or a third-party package would fail there, or load code a command could plant."""
+    path = SRC / "infrastructure" / "sandbox" / name
+    tops = {n.split(".")[0] for n in _imports(path)}
+    import sys
+
+    assert tops <= set(sys.stdlib_module_names) | {"__future__", "confine"}, tops

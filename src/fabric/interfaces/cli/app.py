@@ -224,8 +224,9 @@ def models(
     import asyncio
 
     from fabric.domain.errors import ConfigError
+    from fabric.interfaces.models_report import gather
 
-    from .models_view import gather, print_models
+    from .models_view import print_models
 
     loaded = _load(config, as_json)
     name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)

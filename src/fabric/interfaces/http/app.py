@@ -239,7 +239,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
 
     @app.get("/models", summary="What each backend offers, and the pick for the default pack")
     async def models(pack: str | None = None) -> dict[str, Any]:
-        from fabric.interfaces.cli.models_view import gather
+        from fabric.interfaces.models_report import gather
 
         name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
         if name is None:
