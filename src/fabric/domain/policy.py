@@ -137,12 +137,9 @@ def shell_syntax(command: str) -> str | None:
     for token in tokens:
         if token and set(token) <= _OPERATOR_CHARS | {"(", ")"} and set(token) & _OPERATOR_CHARS:
             return _SYNTAX_NAMES.get(token, f"'{token}' (redirection)")
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    if words and _ASSIGNMENT.match(words[0]):
-        return f"a leading variable assignment ({words[0].split('=', 1)[0]}=...)"
+    # no operators, so the tokens are the words shlex.split would give
+    if tokens and _ASSIGNMENT.match(tokens[0]):
+        return f"a leading variable assignment ({tokens[0].split('=', 1)[0]}=...)"
     return None
 
 
@@ -259,10 +256,17 @@ def decide(policy: Policy, tool: str, arguments: Mapping[str, Any]) -> Decision:
 
 
 def _argv_matches(pattern: str, argv: Sequence[str]) -> bool:
+    tokens = _pattern_tokens(pattern)
+    return tokens is not None and match_argv(tokens, argv)
+
+
+@lru_cache(maxsize=256)
+def _pattern_tokens(pattern: str) -> tuple[str, ...] | None:
+    """A rule's command pattern split once, not on every call it is tried against."""
     try:
-        return match_argv(split_command(pattern), argv)
+        return tuple(split_command(pattern))
     except ValueError:  # validated at load time; a hand-built rule may still be broken
-        return False
+        return None
 
 
 def _why(rule: Rule, index: int) -> str:

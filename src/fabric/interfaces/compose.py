@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,15 @@ def redact_url(url: str) -> str:
         netloc = f"{host}:{parts.port}" if parts.port else host
         return urlunsplit(parts._replace(netloc=netloc))
     return url
+
+
+@dataclass(frozen=True, slots=True)
+class _Session:
+    runlog: JsonlRunLog
+    chat: ChatClient | None
+    commands: CommandRunner | None
+    start_error: FabricError | None
+    resolution: Resolution | None
 
 
 @dataclass
@@ -170,37 +179,29 @@ class Runner:
                 f"workspace {folder} is not a folder", hint="pass an existing --workspace"
             )
         limits = _limits(loaded_pack.settings.limits, max_steps)
-        resolution, unresolved = await self._try_resolve(pack_name, backend, model)
-        commands, unconfined = await self._commands(loaded_pack, folder)
-        runlog = self._runlog(run_id or new_run_id(), observers)
-        chat: ChatClient | None = None
-        try:
-            chat, unresolved = await self._open_chat(
-                loaded_pack, model, resolution, unresolved, runlog
-            )
+
+        def open_log() -> JsonlRunLog:
+            return self._runlog(run_id or new_run_id(), observers)
+
+        async with self._session(loaded_pack, folder, backend, model, open_log) as session:
             return await execute_task(
                 task,
                 pack=loaded_pack.pack,
-                chat=chat,
-                runlog=runlog,
-                run_id=runlog.run_id,
+                chat=session.chat,
+                runlog=session.runlog,
+                run_id=session.runlog.run_id,
                 workspace=folder,
                 sandbox=loaded_pack.settings.sandbox,
                 limits=limits,
                 cancel=cancel,
-                protected=(self.runs_dir, *self.protected),
+                protected=self.protected_paths,
                 on_delta=on_delta,
                 prices=self._prices(),
-                meta=self._meta(resolution),
-                start_error=unconfined or unresolved,
-                commands=commands,
+                meta=self._meta(session.resolution),
+                start_error=session.start_error,
+                commands=session.commands,
                 approver=approver,
             )
-        finally:
-            runlog.close()
-            if chat is not None:
-                with contextlib.suppress(Exception):  # the result stands
-                    await chat.aclose()
 
     async def resume(
         self,
@@ -229,46 +230,87 @@ class Runner:
             )
         model = started.get("model") or None
         backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
-        resolution, unresolved = await self._try_resolve(pack_name, backend, model)
-        commands, unconfined = await self._commands(loaded_pack, folder)
-        try:
-            runlog = JsonlRunLog.reopen(path, *observers)
-        except OSError as exc:
-            raise ConfigError(f"cannot append to {path}: {exc}") from exc
+
+        def open_log() -> JsonlRunLog:
+            try:
+                return JsonlRunLog.reopen(path, *observers)
+            except OSError as exc:
+                raise ConfigError(f"cannot append to {path}: {exc}") from exc
+
+        async with self._session(loaded_pack, folder, backend, model, open_log) as session:
+            return await resume_task(
+                plan,
+                pack=loaded_pack.pack,
+                chat=session.chat,
+                runlog=session.runlog,
+                workspace=folder,
+                run_dir=path.parent,
+                sandbox=loaded_pack.settings.sandbox,
+                cancel=cancel,
+                protected=self.protected_paths,
+                on_delta=on_delta,
+                prices=self._prices(),
+                start_error=session.start_error,
+                commands=session.commands,
+                approver=approver,
+            )
+
+    @contextlib.asynccontextmanager
+    async def _session(
+        self,
+        loaded_pack: LoadedPack,
+        workspace: Path,
+        backend: str | None,
+        model: str | None,
+        open_log: Callable[[], JsonlRunLog],
+    ) -> AsyncIterator[_Session]:
+        """What a run or a resumed run needs, set up in order (model, confinement, runlog,
+        chat client), with any failure kept as the run's start error so it still gets a
+        runlog; closed again afterwards, whatever happened."""
+        resolution, unresolved = await self._try_resolve(loaded_pack.pack.name, backend, model)
+        commands, unconfined = await self._commands(loaded_pack, workspace)
+        runlog = open_log()
         chat: ChatClient | None = None
         try:
             chat, unresolved = await self._open_chat(
                 loaded_pack, model, resolution, unresolved, runlog
             )
-            return await resume_task(
-                plan,
-                pack=loaded_pack.pack,
-                chat=chat,
-                runlog=runlog,
-                workspace=folder,
-                run_dir=path.parent,
-                sandbox=loaded_pack.settings.sandbox,
-                cancel=cancel,
-                protected=(self.runs_dir, *self.protected),
-                on_delta=on_delta,
-                prices=self._prices(),
-                start_error=unconfined or unresolved,
-                commands=commands,
-                approver=approver,
-            )
+            yield _Session(runlog, chat, commands, unconfined or unresolved, resolution)
         finally:
             runlog.close()
             if chat is not None:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # the result stands
                     await chat.aclose()
+
+    @property
+    def protected_paths(self) -> tuple[Path, ...]:
+        """What tools may neither read nor write: the runs folder and ``protected``."""
+        return (self.runs_dir, *self.protected)
+
+    def pack_summary(self, name: str) -> dict[str, Any]:
+        """A pack as ``fabric packs`` and ``GET /packs`` list it: name, description, tools and
+        model key."""
+        lp = self.pack(name)
+        return {
+            "name": name,
+            "description": lp.pack.description,
+            "tools": lp.pack.tool_names(),
+            "model": lp.settings.model,
+        }
+
+    @staticmethod
+    def starts_commands(loaded_pack: LoadedPack) -> bool:
+        """Whether the pack's tools start processes (so it needs a confined command runner)."""
+        return "shell" in loaded_pack.pack.tool_names() and bool(
+            loaded_pack.settings.sandbox.allowed_commands
+        )
 
     def commands_for(self, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None:
         """The confined command runner for a pack that starts processes (None for one that
         starts none); SandboxError when this machine cannot confine it as configured."""
-        sandbox = loaded_pack.settings.sandbox
-        if "shell" not in loaded_pack.pack.tool_names() or not sandbox.allowed_commands:
+        if not self.starts_commands(loaded_pack):
             return None
-        return command_runner(sandbox, workspace, (self.runs_dir, *self.protected))
+        return command_runner(loaded_pack.settings.sandbox, workspace, self.protected_paths)
 
     async def _commands(
         self, loaded_pack: LoadedPack, workspace: Path

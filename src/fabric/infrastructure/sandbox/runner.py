@@ -50,6 +50,12 @@ class Backend:
     bwrap: str | None = None
     landlock_abi: int | None = None
 
+    @property
+    def private_mounts(self) -> bool:
+        """Landlock run by root: the command also gets a mount namespace of its own with the
+        host read-only (Landlock governs neither metadata nor /dev/shm)."""
+        return self.name == "landlock" and os.geteuid() == 0
+
 
 @cache
 def _filter(network: bool) -> str:
@@ -109,7 +115,7 @@ def launch_argv(
         spec["landlock"] = landlock_rules(
             workspace=workspace, temp=temp, hidden=hidden, network=sandbox.network
         )
-        if os.geteuid() == 0:  # root may make a mount namespace: read-only mounts help Landlock
+        if backend.private_mounts:
             inside = [p for p in hidden if p == workspace or workspace in p.parents]
             spec["private_mounts"] = {
                 "writable": [str(workspace), str(temp)],
@@ -141,7 +147,7 @@ class SandboxedCommands:
             "network": self.sandbox.network,
             "seccomp": self.backend.name != "none" and seccomp.supported(),
             "landlock_abi": self.backend.landlock_abi,
-            "private_mounts": self.backend.name == "landlock" and os.geteuid() == 0,
+            "private_mounts": self.backend.private_mounts,
             "cgroup": cgroup.describe(),
             "limits": res.model_dump(),
         }

@@ -188,15 +188,9 @@ def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     rows: list[dict[str, Any]] = []
     try:
         for name in loaded.config.packs:
-            lp = runner.pack(name)
-            rows.append(
-                {
-                    "name": name,
-                    "description": lp.pack.description,
-                    "tools": lp.pack.tool_names(),
-                    "model": f"{lp.settings.model} ({runner.model_for(lp)})",
-                }
-            )
+            row = runner.pack_summary(name)
+            row["model"] = f"{row['model']} ({runner.model_for(runner.pack(name))})"
+            rows.append(row)
     except ConfigError as exc:
         _fail(exc, as_json=as_json, code=2)
     if as_json:

@@ -50,7 +50,7 @@ def gather(loaded: LoadedConfig) -> dict[str, Any]:
         sandbox = lp.settings.sandbox
         row["confinement"] = sandbox.confinement
         row["network"] = sandbox.network
-        if "shell" not in lp.pack.tool_names() or not sandbox.allowed_commands:
+        if not runner.starts_commands(lp):
             row |= {"ok": True, "backend": None, "note": "starts no commands"}
         else:
             try:

@@ -70,7 +70,7 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
                 live=live,
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
-                protected=(runner.runs_dir,),
+                protected=runner.protected_paths,
                 commands=commands,
             )
         )

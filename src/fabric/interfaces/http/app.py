@@ -224,18 +224,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
 
     @app.get("/packs", summary="The packs this service runs")
     async def packs() -> dict[str, Any]:
-        out = []
-        for name in loaded.config.packs:
-            lp = runner.pack(name)
-            out.append(
-                {
-                    "name": name,
-                    "description": lp.pack.description,
-                    "tools": lp.pack.tool_names(),
-                    "model": lp.settings.model,
-                }
-            )
-        return {"packs": out}
+        return {"packs": [runner.pack_summary(name) for name in loaded.config.packs]}
 
     @app.get("/models", summary="What each backend offers, and the pick for the default pack")
     async def models(pack: str | None = None) -> dict[str, Any]:
