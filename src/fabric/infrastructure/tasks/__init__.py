@@ -1,5 +1,7 @@
 """Where the HTTP service keeps its task records: an SQLite file (the embedded default)."""
 
-from .sqlite_store import INTERRUPTED_ERROR, SCHEMA_VERSION, SqliteTaskStore
+from fabric.domain.tasks import INTERRUPTED_ERROR
+
+from .sqlite_store import SCHEMA_VERSION, SqliteTaskStore
 
 __all__ = ["INTERRUPTED_ERROR", "SCHEMA_VERSION", "SqliteTaskStore"]

@@ -23,7 +23,14 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from fabric.domain.errors import ConfigError
-from fabric.domain.tasks import AWAITING_APPROVAL, INTERRUPTED, QUEUED, RUNNING, TaskRecord
+from fabric.domain.tasks import (
+    AWAITING_APPROVAL,
+    INTERRUPTED,
+    INTERRUPTED_ERROR,
+    QUEUED,
+    RUNNING,
+    TaskRecord,
+)
 
 _T = TypeVar("_T")
 
@@ -36,12 +43,6 @@ _SELECT = f"SELECT {_COLUMNS} FROM tasks"  # noqa: S608
 _INSERT = f"INSERT INTO tasks ({_COLUMNS}) VALUES ({', '.join('?' * len(FIELDS))})"  # noqa: S608
 MAX_LIMIT = 500
 
-INTERRUPTED_ERROR = {
-    "code": "interrupted",
-    "message": "the server stopped while this task ran; its runlog holds what happened up to then",
-    "hint": "resume it with POST /tasks/{id}/resume (it goes on from its last complete step), "
-    "or submit it again",
-}
 
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (

@@ -18,7 +18,14 @@ import structlog
 from fabric.application.ports import TaskExecutor, TaskStore
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.policy import ApprovalAnswer, Scope
-from fabric.domain.tasks import AWAITING_APPROVAL, INTERRUPTED, QUEUED, RUNNING, TaskRecord
+from fabric.domain.tasks import (
+    AWAITING_APPROVAL,
+    INTERRUPTED,
+    INTERRUPTED_ERROR,
+    QUEUED,
+    RUNNING,
+    TaskRecord,
+)
 from fabric.infrastructure.runlog import new_run_id
 from fabric.infrastructure.runlog.writer import RUNLOG_NAME
 from fabric.interfaces.compose import Runner
@@ -202,7 +209,7 @@ class TaskService:
                     approver=self.approvals.for_task(task_id),
                 )
         except asyncio.CancelledError:
-            await self._finish(task_id, INTERRUPTED, error=_INTERRUPTED)
+            await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
             raise
         except FabricError as exc:
             await self._finish(task_id, "failed", error=_error(exc))
@@ -251,12 +258,6 @@ class TaskService:
 
 
 _SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"
-_INTERRUPTED = {
-    "code": "interrupted",
-    "message": "the service stopped while this task ran; its runlog holds what happened",
-    "hint": "resume it with POST /tasks/{id}/resume (it goes on from its last complete step), "
-    "or submit it again",
-}
 
 
 def _error(exc: FabricError) -> dict[str, str]:
