@@ -368,7 +368,7 @@ def fabric_command() -> list[str]:
     script = Path(sys.executable).with_name("fabric")
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-m", "fabric.interfaces.cli.app"]
+    return [sys.executable, "-m", "fabric"]
 
 
 def process_env(setup: Setup, bytecode_cache: bool) -> dict[str, str]:

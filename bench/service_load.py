@@ -53,6 +53,7 @@ runs_dir: runs
 serve:
   workspace_roots: [ws]
   concurrency: {concurrency}
+  share_workspaces: true  # every task writes its own file in ws
 packs:
   engineering:
     builder: packs.engineering:build
@@ -111,7 +112,7 @@ class Processes:
         self.log = tmp / "serve.log"
         with self.log.open("wb") as log:
             self.server = subprocess.Popen(
-                [sys.executable, "-m", "fabric.interfaces.cli.app", "serve",
+                [sys.executable, "-m", "fabric", "serve",
                  "--config", str(config), "--port", str(self.port)],
                 env={**os.environ, "FABRIC_API_TOKEN": TOKEN}, cwd=tmp,
                 stdout=subprocess.DEVNULL, stderr=log,

@@ -79,11 +79,14 @@ def test_no_reaching_sideways_or_outwards(folder: str) -> None:
     assert not bad, "boundary broken:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("name", ["launcher.py", "confine.py"])
+@pytest.mark.parametrize(
+    "name", ["sandbox/launcher.py", "sandbox/confine.py", "packs/import_guard.py"]
+)
 def test_the_sandbox_launcher_uses_the_standard_library_only(name: str) -> None:
     """It runs as `python -I -S` (no site-packages, nothing from the workspace): an import of
-    fabric or a third-party package would fail there, or load code a command could plant."""
-    path = SRC / "infrastructure" / "sandbox" / name
+    fabric or a third-party package would fail there, or load code a command could plant. The
+    import guard runs before anything else is imported, for the same reason."""
+    path = SRC / "infrastructure" / name
     tops = {n.split(".")[0] for n in _imports(path)}
     import sys
 

@@ -71,7 +71,7 @@ def project(tmp_path: Path) -> Path:
 
 def command(project: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "fabric.interfaces.cli.app", "run", "--config",
+        sys.executable, "-m", "fabric", "run", "--config",
         str(project / "fabric.yaml"), "--workspace", str(project / "ws"), *extra, "take notes",
     ]  # fmt: skip
 
@@ -101,7 +101,7 @@ def test_yes_approves_every_call_the_policy_asks_about(project: Path) -> None:
 
     [run_folder] = (project / "runs").iterdir()
     show = subprocess.run(
-        [sys.executable, "-m", "fabric.interfaces.cli.app", "show", str(run_folder)],
+        [sys.executable, "-m", "fabric", "show", str(run_folder)],
         cwd=project, capture_output=True, text=True, timeout=GUARD, check=False,
     )  # fmt: skip
     assert show.returncode == 0, show.stderr
@@ -238,7 +238,7 @@ def test_resume_yes_approves_the_new_steps_and_keeps_the_recorded_answers(projec
         assert first.returncode == 1, first.stderr  # stopped at its step limit
         [run_folder] = (project / "runs").iterdir()
         resumed = subprocess.run(
-            [sys.executable, "-m", "fabric.interfaces.cli.app", "resume", str(run_folder),
+            [sys.executable, "-m", "fabric", "resume", str(run_folder),
              "--config", str(project / "fabric.yaml"), "--max-steps", "3", "--yes"],
             env=env, cwd=project, stdin=subprocess.DEVNULL, capture_output=True, text=True,
             timeout=GUARD, check=False,

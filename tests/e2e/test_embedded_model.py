@@ -98,7 +98,7 @@ def test_fabric_run_with_the_embedded_model(tmp_path: Path) -> None:
     config = tmp_path / "fabric.yaml"
     config.write_text((REPO / "fabric.yaml").read_text())
     proc = subprocess.run(
-        [sys.executable, "-m", "fabric.interfaces.cli.app", "run", "--backend", "embedded",
+        [sys.executable, "-m", "fabric", "run", "--backend", "embedded",
          "--config", str(config), "--workspace", str(workspace), "--max-steps", "6", "--json",
          "Create hello.py that prints 'hello from fabric', run it with python, and report."],
         capture_output=True, text=True, timeout=600, env={**os.environ}, check=False,

@@ -49,7 +49,7 @@ def test_sigint_cancels_the_run_and_closes_the_runlog(tmp_path: Path, workspace:
             [
                 sys.executable,
                 "-m",
-                "fabric.interfaces.cli.app",
+                "fabric",
                 "run",
                 "--pack",
                 "engineering",

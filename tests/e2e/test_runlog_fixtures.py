@@ -132,6 +132,7 @@ def test_a_step_limited_run_of_every_version_resumes_with_more_steps(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     runlog, _ = _install(tmp_path, version, "max_steps")
+    before = read_events(runlog)
 
     def model(body: dict[str, Any]) -> tuple[int, Any]:
         done = {"summary": "looked around"}
@@ -144,5 +145,77 @@ def test_a_step_limited_run_of_every_version_resumes_with_more_steps(
     assert result.exit_code == 0, result.output
     assert [step_of(body) for body in server.requests if "messages" in body] == [3]
     events = assert_valid_runlog(runlog)
-    assert kinds(events).count("run_finished") == 2
+    assert kinds(events).count("run_finished") == 1  # the first end is kept in run_resumed
     assert events[-1]["status"] == "completed" and events[-1]["steps"] == 3
+    assert events[: len(before) - 1] == before[:-1]
+    mark = events[len(before) - 1]
+    assert mark["kind"] == "run_resumed" and mark["ended"]["status"] == "max_steps"
+    assert mark["ended"]["ts"] == before[-1]["ts"] and mark["ended"]["steps"] == 2
+
+
+def _as_an_earlier_fabric_wrote(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The log as a fabric before one-end resumes wrote it: each end a resume continued stayed
+    a run_finished line, followed by run_resumed (checked against a log the earlier fabric
+    recorded: the same lines, but for the times and the mock server's address)."""
+    older: list[dict[str, Any]] = []
+    for event in events:
+        if event["kind"] == "run_resumed" and "ended" in event:
+            ended = dict(event["ended"])
+            envelope = {"v": older[-1]["v"], "seq": 0, "ts": ended.pop("ts")}
+            older.append({**envelope, "run_id": event["run_id"], "kind": "run_finished", **ended})
+            event = {k: v for k, v in event.items() if k != "ended"}
+        older.append(event)
+    return [{**event, "seq": seq} for seq, event in enumerate(older)]
+
+
+def _lists_then_finishes(body: dict[str, Any]) -> tuple[int, Any]:
+    """The fixture's step-limited model (it lists the files) until step 4, which finishes."""
+    if step_of(body) < 4:
+        return 200, completion(None, [("list_files", {})], model=str(body["model"]))
+    return 200, completion(None, [("finish_task", {"summary": "looked"})], model=str(body["model"]))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_log_with_two_ends_from_an_earlier_fabric_shows_replays_and_resumes(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    runlog, _ = _install(tmp_path, version, "max_steps")
+    cli = CliRunner()
+    with MockOpenAIServer(_lists_then_finishes, models=["m", "m2"]) as server:
+        config = _config(tmp_path, version, server.base_url)
+        more = ["resume", str(runlog), "-c", str(config), "--json", "--max-steps"]
+        assert cli.invoke(app, [*more, "3"]).exit_code == 1  # stopped at max_steps again
+        older = _as_an_earlier_fabric_wrote(read_events(runlog))
+        assert kinds(older).count("run_finished") == 2
+        runlog.write_text("".join(json.dumps(e) + "\n" for e in older))
+        assert_valid_runlog(runlog)
+
+        shown = cli.invoke(app, ["show", str(runlog)])
+        assert shown.exit_code == 0, shown.output
+        assert "max_steps after 2 step(s)" in shown.stdout
+        assert "max_steps after 3 step(s)" in shown.stdout
+        assert json.loads(cli.invoke(app, ["show", str(runlog), "--json"]).stdout) == older
+        replayed = cli.invoke(app, ["replay", str(runlog), "-c", str(config), "--json"])
+        assert replayed.exit_code == 0, replayed.output
+        assert json.loads(replayed.stdout)["steps_replayed"] == 3
+        assert json.loads(replayed.stdout)["status"] == "identical"
+
+        asked = len(server.requests)
+        result = cli.invoke(app, [*more, "5"])
+        assert result.exit_code == 0, result.output
+        assert [step_of(body) for body in server.requests[asked:]] == [4]
+        again = cli.invoke(app, ["replay", str(runlog), "-c", str(config), "--json"])
+    events = assert_valid_runlog(runlog)
+    assert events[: len(older) - 1] == older[:-1]  # what the earlier fabric wrote stays
+    assert [e["status"] for e in events if e["kind"] == "run_finished"] == [
+        "max_steps",  # the earlier fabric's, followed by its run_resumed
+        "completed",
+    ]
+    mark = events[len(older) - 1]
+    assert mark["kind"] == "run_resumed" and mark["from_step"] == 4
+    assert mark["ended"]["steps"] == 3 and mark["ended"]["status"] == "max_steps"
+    assert events[-1]["steps"] == 4 and events[-1]["payload"] == {"summary": "looked"}
+    report = json.loads(again.stdout)
+    assert report["status"] == "identical", report["divergence"]
+    assert report["steps_replayed"] == 4

@@ -98,7 +98,7 @@ class Service:
     def __enter__(self) -> Service:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fabric.interfaces.cli.app", "serve",
+                [sys.executable, "-m", "fabric", "serve",
                  "--config", str(self.config), "--port", str(self.port)],
                 env=self.env, cwd=self.config.parent, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip

@@ -50,7 +50,8 @@ async def submit_all(url: str, texts: list[str]) -> list[httpx.Response]:
 def test_200_concurrent_tasks_each_complete_exactly_once(tmp_path: Path) -> None:
     texts = [f"task-{n:03d}" for n in range(TASKS)]
     with MockOpenAIServer(three_steps, models=["m"]) as model:
-        config = project(tmp_path, model.base_url, concurrency=CONCURRENCY)
+        # each task writes its own file in the one workspace: sharing it is intended here
+        config = project(tmp_path, model.base_url, concurrency=CONCURRENCY, share_workspaces=True)
         with Service(config) as service:
             answers = asyncio.run(submit_all(service.url, texts))
             assert [a.status_code for a in answers] == [202] * TASKS, answers[0].text

@@ -186,7 +186,7 @@ def test_a_second_server_on_the_same_tasks_refuses_to_start(tmp_path: Path) -> N
                 running = first.submit(task="slow")
                 wait_until(lambda: len(model.requests) == 1, "the model call")
                 second = subprocess.run(
-                    [sys.executable, "-m", "fabric.interfaces.cli.app", "serve",
+                    [sys.executable, "-m", "fabric", "serve",
                      "--config", str(config), "--port", str(free_port())],
                     env=first.env, capture_output=True, text=True, timeout=GUARD, check=False,
                 )  # fmt: skip

@@ -1,7 +1,8 @@
 """`POST /tasks/{id}/resume` on a real `fabric serve`: a task cut off by a crash (SIGKILL) goes
 on after the restart with the same task id, runlog and workspace, without asking the model
 again for the steps it had completed; a task that stopped at max_steps goes on with more; the
-tasks that cannot be resumed get 404 or 409 with what to do."""
+tasks that cannot be resumed get 404 or 409 with what to do. A resumed task's runlog has one end,
+and its event stream carries the resumed events."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 from support import assert_valid_runlog, kinds, read_events
 from test_service import GUARD, Service, error_shape, sse, step_of, wait_until
 
@@ -139,6 +141,75 @@ def test_a_task_that_hit_max_steps_resumes_with_more(tmp_path: Path) -> None:
     assert done["status"] == "completed" and done["steps"] == 3
     assert [step_of(body) for body in after] == [2]
     events = assert_valid_runlog(tmp_path / "runs" / task_id / "runlog.jsonl")
-    assert kinds(events).count("run_finished") == 2
+    assert kinds(events).count("run_finished") == 1
     [mark] = [e for e in events if e["kind"] == "run_resumed"]
     assert mark["reason"] == "max_steps" and mark["limits"]["max_steps"] == 5
+    assert mark["ended"]["status"] == "max_steps" and mark["ended"]["steps"] == 2
+
+
+class HeldModel:
+    """Writes a.txt, then b.txt, then finishes; the finishing call waits for ``release``."""
+
+    def __init__(self) -> None:
+        self.held, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> tuple[int, Any]:
+        step = step_of(body)
+        if step < 2:
+            name = "ab"[step] + ".txt"
+            return 200, completion(None, [("write_file", {"path": name, "content": name})])
+        self.held.set()
+        self.release.wait(GUARD)
+        return 200, completion(None, [("finish_task", {"summary": "wrote a.txt and b.txt"})])
+
+
+def test_a_task_resumed_twice_after_max_steps_has_one_end_and_streams_on(tmp_path: Path) -> None:
+    model = HeldModel()
+    streamed: list[dict[str, Any]] = []
+    following = threading.Event()
+    with (
+        MockOpenAIServer(model, models=["m"]) as server,
+        Service(project(tmp_path, server.base_url)) as service,
+    ):
+        task_id = service.submit(pack="notes", task="write two notes", max_steps=1)
+        assert service.wait_final(task_id)["status"] == "max_steps"
+        runlog = tmp_path / "runs" / task_id / "runlog.jsonl"
+        first = read_events(runlog)
+        once = service.client.post(f"/tasks/{task_id}/resume", json={"max_steps": 2})
+        assert once.status_code == 202, once.text
+        assert service.wait_final(task_id)["status"] == "max_steps"
+        second = read_events(runlog)
+        stream = [m["data"] for m in sse(service.client.get(f"/tasks/{task_id}/events"))]
+
+        def follow() -> None:  # a client following the task while its resumed run goes on
+            with (
+                httpx.Client(base_url=service.url, headers=service.client.headers) as client,
+                client.stream("GET", f"/tasks/{task_id}/events", timeout=GUARD) as response,
+            ):
+                for message in sse(response):
+                    streamed.append(message["data"])
+                    following.set()
+
+        twice = service.client.post(f"/tasks/{task_id}/resume", json={"max_steps": 5})
+        assert twice.status_code == 202, twice.text
+        wait_until(model.held.is_set, "the third model call")
+        follower = threading.Thread(target=follow)
+        follower.start()
+        wait_until(following.is_set, "the event stream")
+        model.release.set()
+        done = service.wait_final(task_id)
+        follower.join(GUARD)
+        requests = [step_of(body) for body in server.requests if "messages" in body]
+    assert done["status"] == "completed" and done["steps"] == 3
+    assert requests == [0, 1, 2]  # no step asked twice
+    assert kinds(second).count("run_finished") == 1 and stream == second
+    events = assert_valid_runlog(runlog)
+    assert kinds(events).count("run_finished") == 1 and events[-1]["kind"] == "run_finished"
+    assert events[-1]["status"] == "completed"
+    assert events[: len(first) - 1] == first[:-1] and events[: len(second) - 1] == second[:-1]
+    marks = [e for e in events if e["kind"] == "run_resumed"]
+    assert [(m["ended"]["status"], m["ended"]["steps"]) for m in marks] == [
+        ("max_steps", 1),
+        ("max_steps", 2),
+    ]
+    assert streamed == events  # the follower saw the whole log, resumed events and end

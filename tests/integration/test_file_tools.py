@@ -14,10 +14,20 @@ import pytest
 from fabric.application.context import ToolContext
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError, ToolError
+from fabric.infrastructure.tools import beneath
 from fabric.infrastructure.tools.files import list_files, read_file, search_files, write_file
 from fabric.infrastructure.tools.library import library_tools
 
 SECRET = "TOP-SECRET-OUTSIDE-CONTENT"
+
+
+@pytest.fixture(autouse=True, params=["openat2", "walk"])
+def opener(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: paths opened by openat2(2), and by the walk that stands in where
+    the kernel has no openat2."""
+    if request.param == "walk":
+        monkeypatch.setattr(beneath, "_syscall", lambda: None)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -166,6 +176,82 @@ def test_write_file_refuses_git_internals(ctx: ToolContext, workspace: Path) -> 
     # names that merely look like it are ordinary files
     write_file(ctx, ".gitignore", "*.pyc\n")
     write_file(ctx, "docs/.github/x.md", "x")
+
+
+def test_write_file_refuses_read_only_host_code(workspace: Path) -> None:
+    """fabric.yaml and pack sources run later outside the sandbox: readable, never written,
+    also not through a symlink or a hard link, and no folder is made in them."""
+    (workspace / "fabric.yaml").write_text("packs: {}\n")
+    (workspace / "packs").mkdir()
+    (workspace / "packs" / "engineering.py").write_text("BUILD = 1\n")
+    (workspace / "cfg_link").symlink_to("fabric.yaml")
+    (workspace / "packs_link").symlink_to(workspace / "packs")
+    os.link(workspace / "fabric.yaml", workspace / "hard.yaml")
+    read_only = (workspace / "fabric.yaml", workspace / "packs")
+    ctx = ToolContext("t", workspace, SandboxSettings(), read_only=read_only)
+    before = files_in(workspace)
+    with pytest.raises(SandboxError) as info:
+        write_file(ctx, "packs/engineering.py", "BUILD = 2\n")
+    assert info.value.message == (
+        "'packs/engineering.py' is read-only for tools: fabric or your own tools execute it "
+        "later outside the sandbox (it is inside 'packs/')"
+    )
+    assert info.value.hint
+    with pytest.raises(SandboxError, match=r"^'fabric.yaml' is read-only for tools: .*host code"):
+        write_file(ctx, "fabric.yaml", "packs: {evil: x}\n")
+    for path in ("packs/new.py", "packs/sub/mod.py", "cfg_link", "packs_link/engineering.py"):
+        with pytest.raises(SandboxError, match="is read-only for tools"):
+            write_file(ctx, path, "x", append=True)
+    with pytest.raises(SandboxError, match="hard link"):
+        write_file(ctx, "hard.yaml", "x")
+    assert files_in(workspace) == before
+    assert sorted(p.name for p in (workspace / "packs").iterdir()) == ["engineering.py"]
+    assert read(ctx, "packs/engineering.py") == "BUILD = 1\n"  # reading is fine
+    write_file(ctx, "packs.txt", "elsewhere is fine\n")
+
+
+def test_write_file_refuses_files_the_interpreter_runs_at_start_up(
+    ctx: ToolContext, workspace: Path
+) -> None:
+    """sitecustomize.py, usercustomize.py and .pth files run in every Python that finds
+    them; anything inside a virtualenv runs when it is used. Refused anywhere, with why."""
+    (workspace / "env" / "lib").mkdir(parents=True)
+    (workspace / "env" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (workspace / "alias.txt").symlink_to("hook.pth")  # a name that hides the real one
+    before = sorted(str(p.relative_to(workspace)) for p in workspace.rglob("*"))
+    with pytest.raises(SandboxError) as info:
+        write_file(ctx, "src/evil.pth", "import os\n")
+    assert info.value.message == (
+        "'src/evil.pth' is read-only for tools: the Python interpreter runs .pth files at "
+        "start-up, outside the sandbox"
+    )
+    for path in ("sitecustomize.py", "lib/usercustomize.py", "alias.txt"):
+        with pytest.raises(SandboxError, match=r"the Python interpreter runs .* at start-up"):
+            write_file(ctx, path, "import os\n")
+    with pytest.raises(SandboxError) as info:
+        write_file(ctx, "env/lib/site.py", "x")
+    assert info.value.message.startswith(
+        "'env/lib/site.py' is read-only for tools: it is inside the virtualenv 'env/'"
+    )
+    with pytest.raises(SandboxError, match="inside the virtualenv 'env/'"):
+        write_file(ctx, "env/bin/activate", "x")
+    assert sorted(str(p.relative_to(workspace)) for p in workspace.rglob("*")) == before
+    write_file(ctx, "site.py", "fine\n")  # an ordinary name outside a virtualenv
+    write_file(ctx, "notes.pth.txt", "fine\n")
+
+
+def test_protected_folders_are_neither_listed_nor_walked(workspace: Path) -> None:
+    runs = workspace / "runs"
+    (runs / "r1").mkdir(parents=True)
+    (runs / "r1" / "runlog.jsonl").write_text("needle\n")
+    (workspace / "a.txt").write_text("needle\n")
+    ctx = ToolContext("t", workspace, SandboxSettings(), protected=(runs,))
+    assert list_files(ctx, recursive=True).splitlines() == ["runs/", "a.txt"]
+    assert search_files(ctx, "needle") == "a.txt:1: needle"
+    with pytest.raises(SandboxError, match="protected"):
+        list_files(ctx, "runs")
+    with pytest.raises(SandboxError, match="protected"):
+        read(ctx, "runs/r1/runlog.jsonl")
 
 
 # --- list_files -----------------------------------------------------------------------------

@@ -133,8 +133,10 @@ class Lab:
             resources=ResourceLimits(**limits),
         )
 
-    def runner(self, protected: Sequence[Path] = (), **limits: int) -> SandboxedCommands:
-        return command_runner(self.settings(**limits), self.ws, tuple(protected))
+    def runner(
+        self, protected: Sequence[Path] = (), read_only: Sequence[Path] = (), **limits: int
+    ) -> SandboxedCommands:
+        return command_runner(self.settings(**limits), self.ws, tuple(protected), tuple(read_only))
 
     async def run(
         self,
@@ -142,10 +144,12 @@ class Lab:
         *,
         timeout: float = 30.0,
         protected: Sequence[Path] = (),
+        read_only: Sequence[Path] = (),
         **limits: int,
     ) -> CommandOutcome:
-        """Run ``argv`` as the shell tool would: through the runner, scrubbed environment."""
-        runner = self.runner(protected, **limits)
+        """Run ``argv`` as the shell tool would: through the runner, scrubbed environment;
+        ``read_only``: host code in the workspace (probes_planted.py)."""
+        runner = self.runner(protected, read_only, **limits)
         env = scrubbed_env(runner.sandbox)
         return await runner.run([str(a) for a in argv], env=env, timeout=timeout)
 
@@ -276,7 +280,9 @@ def run_probe(item: Probe, backend: str) -> Verdict:
     """Run one probe in a fresh lab under ``backend`` and clean up after it."""
     base = lab_base()
     base.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^a-z0-9]+", "-", item.name.lower()).strip("-")
+    # short: a unix socket's path in the lab must stay under 108 bytes, also in a user's lab
+    # inside the lab base (bench/escape_matrix.py --user)
+    slug = re.sub(r"[^a-z0-9]+", "-", item.name.lower()).strip("-")[:20]
     lab = Lab(Path(tempfile.mkdtemp(prefix=f"{slug}-", dir=base)).resolve(), backend)
     try:
         return asyncio.run(asyncio.wait_for(item.check(lab), GUARD))

@@ -8,9 +8,11 @@ from . import (
     probes_kernel,
     probes_limits,
     probes_net,
+    probes_planted,
     probes_proc,
     probes_secrets,
     probes_tasks,
+    probes_tools,
 )
 from .lab import PROBES as REGISTERED
 from .lab import Probe, Verdict, run_probe
@@ -20,10 +22,12 @@ _ORDER = [
     for m in (
         probes_files,
         probes_secrets,
+        probes_planted,
         probes_net,
         probes_proc,
         probes_kernel,
         probes_limits,
+        probes_tools,
         probes_tasks,
     )
 ]

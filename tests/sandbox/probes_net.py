@@ -8,9 +8,14 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+
+from fabric.application.commands import CommandOutcome
+from fabric.infrastructure.sandbox import command_runner
+from fabric.infrastructure.tools.shell import scrubbed_env
 
 from .lab import Lab, Verdict, probe, source
 
@@ -28,6 +33,10 @@ def datagram(family, address):
 """
 
 
+_CONNECTED = (socket.SOCK_STREAM, socket.SOCK_SEQPACKET)
+"""Socket types whose canaries listen (and hear a connection) rather than receive."""
+
+
 def heard(listeners: dict[str, socket.socket]) -> list[str]:
     """Which canaries got a connection or a datagram (the command has ended by now, so
     anything it sent is already queued)."""
@@ -35,7 +44,7 @@ def heard(listeners: dict[str, socket.socket]) -> list[str]:
     for name, sock in listeners.items():
         sock.setblocking(False)
         try:
-            if sock.type == socket.SOCK_STREAM:
+            if sock.type in _CONNECTED:
                 sock.accept()[0].close()
             else:
                 sock.recv(100)
@@ -53,8 +62,8 @@ def listening(*specs: tuple[str, int, int, Address]) -> Iterator[dict[str, socke
         for name, family, kind, address in specs:
             sock = socket.socket(family, kind)
             sock.bind(address)
-            if kind == socket.SOCK_STREAM:
-                sock.listen(8)
+            if kind in _CONNECTED:
+                sock.listen(64)
             socks[name] = sock
         yield socks
     finally:
@@ -117,86 +126,142 @@ async def udp_canary(lab: Lab) -> Verdict:
         return lab.judge(out, heard(socks))
 
 
-@probe(
+UNIX = """
+import socket
+KINDS = {"stream": socket.SOCK_STREAM, "seqpacket": socket.SOCK_SEQPACKET,
+         "dgram": socket.SOCK_DGRAM, "raw": socket.SOCK_RAW}  # AF_UNIX SOCK_RAW is a datagram
+def new(kind):
+    s = socket.socket(socket.AF_UNIX, KINDS[kind])
+    s.settimeout(3)
+    return s
+def pair(kind):
+    s = socket.socketpair(socket.AF_UNIX, KINDS[kind])[0]
+    s.settimeout(3)
+    return s
+def connect(s, address):
+    s.connect(address)
+    s.send(b"pwned")
+def sendto(s, address):
+    s.sendto(b"pwned", address)
+def sendmsg(s, address):  # the address in msg_name, inside the struct msghdr
+    s.sendmsg([b"pwned"], [], 0, address)
+def every(make, kinds, targets, ways=(connect, sendto, sendmsg)):
+    for kind in kinds:
+        for target in targets:
+            for way in ways:
+                label = f"{make.__name__}({kind}) {way.__name__} {target[-12:]!r}"
+                attempt(label, lambda: way(make(kind), target))
+"""
+"""Attacks on unix sockets, for a program's ARGS: fresh sockets (``new``) and the ones
+``socketpair`` hands out already connected (``pair``), each way of naming a destination."""
+
+_NETWORK = {False: "", True: " (network on)"}
+
+
+def _canaries(lab: Lab, *kinds: str) -> list[tuple[str, int, int, Address]]:
+    """Canary unix sockets in a host folder the command can see (the lab lives outside /tmp,
+    which bubblewrap replaces), one per socket type."""
+    types = {"stream": socket.SOCK_STREAM, "seqpacket": socket.SOCK_SEQPACKET}
+    types["datagram"] = socket.SOCK_DGRAM
+    return [
+        (f"unix {kind}", socket.AF_UNIX, types[kind], str(lab.outside / f"{kind}.sock"))
+        for kind in kinds
+    ]
+
+
+async def _python(lab: Lab, code: str, *args: object, network: bool) -> CommandOutcome:
+    """``lab.python`` for a pack with the network off or on."""
+    settings = lab.settings().model_copy(update={"network": network})
+    runner = command_runner(settings, lab.ws)
+    argv = [sys.executable, "-c", lab.program(code), lab.token, *map(str, args)]
+    return await runner.run(argv, env=scrubbed_env(settings), timeout=60.0)
+
+
+Attack = Callable[[Lab, bool], Awaitable[Verdict]]
+
+
+def _both(name: str, what: str) -> Callable[[Attack], Attack]:
+    """Register a probe twice: for a pack with the network off, and with it on."""
+
+    def register(check: Attack) -> Attack:
+        for network, suffix in _NETWORK.items():
+            how = "on" if network else "off"
+            probe(name + suffix, "escape", f"{what} (the network {how})")(
+                lambda lab, network=network: check(lab, network)
+            )
+        return check
+
+    return register
+
+
+@_both(
     "unix socket (stream)",
-    "escape",
-    "connect to canary unix sockets listening in a host folder the command can see and in "
-    "a host temp folder (/tmp); judged by the canaries",
+    "connect to canary unix stream and seqpacket sockets listening in a host folder the command "
+    "can see and in a host temp folder (/tmp); judged by the canaries",
 )
-async def unix_stream(lab: Lab) -> Verdict:
+async def unix_stream(lab: Lab, network: bool) -> Verdict:
     temp = Path(tempfile.mkdtemp(prefix="fabric-canary-"))
     try:
-        visible, in_tmp = lab.outside / "canary.sock", temp / "canary.sock"
-        specs = [
-            ("unix (host folder)", socket.AF_UNIX, socket.SOCK_STREAM, str(visible)),
-            ("unix (/tmp)", socket.AF_UNIX, socket.SOCK_STREAM, str(in_tmp)),
-        ]
+        in_tmp = ("unix (/tmp)", socket.AF_UNIX, socket.SOCK_STREAM, str(temp / "canary.sock"))
+        specs = [*_canaries(lab, "stream", "seqpacket"), in_tmp]
         with listening(*specs) as socks:
-            out = await lab.python(
-                source(
-                    CONNECT,
-                    """
-                for path in ARGS:
-                    attempt(path, lambda: stream(socket.AF_UNIX, path))
-                """,
-                ),
-                visible,
-                in_tmp,
-            )
+            stream, seqpacket, tmp = (spec[3] for spec in specs)
+            code = """
+            every(new, ["stream"], ARGS[0::2], [connect])
+            every(new, ["seqpacket"], ARGS[1:2], [connect])
+            """
+            out = await _python(lab, source(UNIX, code), stream, seqpacket, tmp, network=network)
             return lab.judge(out, heard(socks))
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-@probe(
+@_both(
     "unix socket (datagram)",
-    "escape",
-    "send datagrams (sendto and sendmsg, no connect) to a canary unix datagram socket in a "
-    "host folder the command can see; judged by the canary",
+    "send datagrams to a canary unix datagram socket in a host folder the command can see: "
+    "sendto, sendmsg (the address in msg_name) and connect, from SOCK_DGRAM sockets and from "
+    "SOCK_RAW ones (which the kernel makes datagram sockets); judged by the canary",
 )
-async def unix_datagram(lab: Lab) -> Verdict:
-    path = lab.outside / "dgram.sock"
-    with listening(("unix datagram", socket.AF_UNIX, socket.SOCK_DGRAM, str(path))) as socks:
-        out = await lab.python(
-            source(
-                CONNECT,
-                """
-            attempt("sendto", lambda: datagram(socket.AF_UNIX, ARGS[0]))
-            def sendmsg():
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                s.sendmsg([b"pwned"], [], 0, ARGS[0])
-            attempt("sendmsg", sendmsg)
-            """,
-            ),
-            path,
-        )
+async def unix_datagram(lab: Lab, network: bool) -> Verdict:
+    with listening(*_canaries(lab, "datagram")) as socks:
+        code = 'every(new, ["dgram", "raw"], ARGS)'
+        out = await _python(lab, source(UNIX, code), lab.outside / "datagram.sock", network=network)
         return lab.judge(out, heard(socks))
 
 
-@probe(
-    "abstract unix socket",
-    "escape",
-    "connect and send to canary abstract unix sockets (no file: they live in the network "
-    "namespace); judged by the canaries",
+@_both(
+    "unix socketpair",
+    "from each kind of socketpair (datagram, raw, stream, seqpacket), sendto, sendmsg with "
+    "msg_name and connect to canary unix stream, seqpacket and datagram sockets in a host "
+    "folder the command can see; judged by the canaries",
 )
-async def abstract_unix(lab: Lab) -> Verdict:
+async def unix_socketpair(lab: Lab, network: bool) -> Verdict:
+    specs = _canaries(lab, "stream", "seqpacket", "datagram")
+    with listening(*specs) as socks:
+        code = 'every(pair, ["dgram", "raw", "stream", "seqpacket"], ARGS)'
+        out = await _python(lab, source(UNIX, code), *(s[3] for s in specs), network=network)
+        return lab.judge(out, heard(socks))
+
+
+@_both(
+    "abstract unix socket",
+    "connect and send to canary abstract unix sockets (no file: they live in the network "
+    "namespace), from fresh sockets and socketpairs; judged by the canaries",
+)
+async def abstract_unix(lab: Lab, network: bool) -> Verdict:
     name = f"\0fabric-canary-{secrets.token_hex(6)}"
-    specs = [
+    specs: list[tuple[str, int, int, Address]] = [
         ("abstract stream", socket.AF_UNIX, socket.SOCK_STREAM, name),
         ("abstract datagram", socket.AF_UNIX, socket.SOCK_DGRAM, name + "-dgram"),
     ]
     with listening(*specs) as socks:
-        out = await lab.python(
-            source(
-                CONNECT,
-                """
-            name = "\\0" + ARGS[0]
-            attempt("stream", lambda: stream(socket.AF_UNIX, name))
-            attempt("datagram", lambda: datagram(socket.AF_UNIX, name + "-dgram"))
-            """,
-            ),
-            name[1:],
-        )
+        code = """
+        stream, dgram = "\\0" + ARGS[0], "\\0" + ARGS[0] + "-dgram"
+        every(new, ["stream"], [stream], [connect])
+        every(new, ["dgram", "raw"], [dgram])
+        every(pair, ["dgram", "raw", "stream", "seqpacket"], [stream, dgram])
+        """
+        out = await _python(lab, source(UNIX, code), name[1:], network=network)
         return lab.judge(out, heard(socks))
 
 

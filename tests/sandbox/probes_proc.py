@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import platform
 import secrets
 import shutil
@@ -81,10 +82,12 @@ async def int80(lab: Lab) -> Verdict:
 
 
 @contextlib.contextmanager
-def host_process(*argv: str, canary: bytes | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def host_process(
+    *argv: str, canary: bytes | None = None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A process the test starts on the host (its own session), killed afterwards."""
     with subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, env=env
     ) as proc:
         try:
             if canary is not None:
@@ -237,3 +240,128 @@ async def ptrace_outside(lab: Lab) -> Verdict:
             len(canary) + 8,
         )
         return lab.judge(out, ["the canary was read"] if canary in lab.loot() else [])
+
+
+SECRET_KEEPER = """
+import ctypes, sys, time
+ctypes.CDLL(None).prctl(15, sys.argv[1].encode())  # PR_SET_NAME: what /proc/<pid>/comm says
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+@contextlib.contextmanager
+def _keeper() -> Iterator[tuple[int, dict[str, str]]]:
+    """A host process with a canary in its name, its command line and its environment; yields
+    its pid and the canaries."""
+    canaries = {
+        "name": f"fp-{secrets.token_hex(5)}",
+        "cmdline": f"argv-canary-{secrets.token_hex(8)}",
+        "environ": f"env-canary-{secrets.token_hex(8)}",
+    }
+    env = {"PATH": os.defpath, "FABRIC_PROBE_SECRET": canaries["environ"]}
+    argv = (sys.executable, "-c", SECRET_KEEPER, canaries["name"], canaries["cmdline"])
+    with host_process(*argv, env=env) as keeper:
+        assert keeper.stdout is not None
+        keeper.stdout.readline()
+        yield keeper.pid, canaries
+
+
+PROC_LOOT = """
+pid, loot = ARGS[0], []
+def grab(path):
+    with open(path, "rb") as f:
+        loot.append(f.read().decode("latin-1"))
+"""
+
+
+def _leaked(lab: Lab, canaries: dict[str, str], *kinds: str) -> list[str]:
+    loot = lab.loot()
+    return [
+        f"the host process's {k} reached the workspace"
+        for k in kinds
+        if canaries[k].encode() in loot
+    ]
+
+
+@probe(
+    "list host processes",
+    "escape",
+    "list /proc and read the name (comm, stat, status) of every process found there, looking "
+    "for a process the test started on the host with a canary as its name; judged by the "
+    "workspace's content",
+)
+async def list_processes(lab: Lab) -> Verdict:
+    with _keeper() as (pid, canaries):
+        out = await lab.python(
+            source(
+                PROC_LOOT,
+                """
+            listed = [e for e in os.listdir("/proc") if e.isdigit()]
+            loot.append(" ".join(listed))
+            for entry in listed:
+                for name in ("comm", "stat", "status"):
+                    attempt(entry + "/" + name, lambda: grab("/proc/%s/%s" % (entry, name)))
+            print("listed", len(listed), "processes; host pid listed:", pid in listed)
+            open("loot.txt", "w").write(repr(loot))
+            """,
+            ),
+            pid,
+        )
+        return lab.judge(out, _leaked(lab, canaries, "name"))
+
+
+@probe(
+    "read a host process's command line",
+    "escape",
+    "read /proc/<pid>/cmdline of a process the test started on the host with a canary in its "
+    "arguments (given its real pid, and through every /proc entry); judged by the workspace's "
+    "content",
+)
+async def host_cmdline(lab: Lab) -> Verdict:
+    with _keeper() as (pid, canaries):
+        out = await lab.python(
+            source(
+                PROC_LOOT,
+                """
+            attempt("cmdline", lambda: grab("/proc/%s/cmdline" % pid))
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        grab("/proc/%s/cmdline" % entry)
+                    except OSError:
+                        pass
+            open("loot.txt", "w").write(repr(loot))
+            """,
+            ),
+            pid,
+        )
+        return lab.judge(out, _leaked(lab, canaries, "cmdline"))
+
+
+@probe(
+    "read a host process's environment",
+    "escape",
+    "read /proc/<pid>/environ of a process the test started on the host with a canary in its "
+    "environment (given its real pid, and through every /proc entry); judged by the "
+    "workspace's content",
+)
+async def host_environ(lab: Lab) -> Verdict:
+    with _keeper() as (pid, canaries):
+        out = await lab.python(
+            source(
+                PROC_LOOT,
+                """
+            attempt("environ", lambda: grab("/proc/%s/environ" % pid))
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        grab("/proc/%s/environ" % entry)
+                    except OSError:
+                        pass
+            open("loot.txt", "w").write(repr(loot))
+            """,
+            ),
+            pid,
+        )
+        return lab.judge(out, _leaked(lab, canaries, "environ"))

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 
-from .lab import Lab, Verdict, changes, host_env, probe, state
+from fabric.infrastructure.tools.shell import scrubbed_env
+
+from .lab import Lab, Verdict, changes, host_env, probe, state, summary
 
 SECRET_HELPER = """
 import asyncio, sys
@@ -146,3 +149,39 @@ async def protected_in_workspace(lab: Lab) -> Verdict:
         protected=[runs],
     )
     return lab.judge(out, changes(before, state(runs)))
+
+
+@probe(
+    "hidden places change during a run",
+    "escape",
+    "one run, three commands: the config folder in HOME is deleted after the first, then a "
+    "credential store is created; the later commands must still run, and the new store must "
+    "stay hidden (judged by the commands' exit codes and the workspace's content)",
+)
+async def hidden_places_change(lab: Lab) -> Verdict:
+    canary = f"canary-{secrets.token_hex(8)}"
+    (lab.home / ".config" / "fabric").mkdir(parents=True)
+    steal = lab.program(
+        """
+        loot = attempt("read", lambda: open(ARGS[0] + "/.ssh/id_rsa").read())
+        open("loot.txt", "a").write(repr(loot))
+        """
+    )
+    argv = [sys.executable, "-c", steal, lab.token, str(lab.home)]
+    with host_env(HOME=str(lab.home)):
+        runner = lab.runner()
+        env = scrubbed_env(runner.sandbox)
+        first = await runner.run(argv, env=env, timeout=30)
+        shutil.rmtree(lab.home / ".config")
+        second = await runner.run(argv, env=env, timeout=30)
+        (lab.home / ".ssh").mkdir()
+        (lab.home / ".ssh" / "id_rsa").write_text(canary)
+        third = await runner.run(argv, env=env, timeout=30)
+    found = [
+        f"command {n} failed: {summary(out)}"
+        for n, out in enumerate((first, second, third), 1)
+        if out.exit_code != 0
+    ]
+    if canary.encode() in lab.loot():
+        found.append("a credential store created during the run was readable")
+    return lab.judge(third, found)

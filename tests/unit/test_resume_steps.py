@@ -17,7 +17,7 @@ from fabric.application.replay import Recording, replay
 from fabric.application.resume import plan_resume, resume_task
 from fabric.config.loader import load_config
 from fabric.config.schema import Limits, SandboxSettings
-from fabric.domain.errors import ConfigError
+from fabric.domain.errors import ConfigError, ModelConnectionError
 from fabric.domain.models import ChatResponse, Message
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from fabric.infrastructure.runlog import JsonlRunLog, read_runlog
@@ -74,14 +74,20 @@ def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: P
     assert (workspace / "log.txt").read_text() == "1\n2\n3\n"
     after = read_events(path)
     assert [e["seq"] for e in after] == list(range(len(after)))
-    assert kinds(after)[len(events) - 1 : len(events) + 1] == ["run_finished", "run_resumed"]
-    assert after[len(events)]["from_step"] == 3 and after[len(events)]["reason"] == "max_steps"
+    # one run, one end: the first end's line gave way to run_resumed, which keeps it
+    assert after[: len(events) - 1] == events[:-1]
+    assert kinds(after).count("run_finished") == 1
+    mark = after[len(events) - 1]
+    assert mark["kind"] == "run_resumed" and mark["seq"] == events[-1]["seq"]
+    assert mark["from_step"] == 3 and mark["reason"] == "max_steps"
+    ended = {k: v for k, v in events[-1].items() if k not in {"v", "seq", "run_id", "kind"}}
+    assert mark["ended"] == ended and ended["status"] == "max_steps" and ended["steps"] == 2
     assert after[-1]["kind"] == "run_finished" and after[-1]["status"] == "completed"
     # usage counts the steps fed back from the log too
     assert after[-1]["usage"]["total_tokens"] == 4 * 15
     # the log of a resumed run still replays as one run of four steps
     assert len(Recording(after).steps) == 4
-    assert after[len(events)]["limits"]["max_steps"] == 5
+    assert mark["limits"]["max_steps"] == 5
     report = asyncio.run(
         replay(
             after,
@@ -120,6 +126,34 @@ def test_a_half_done_step_and_a_torn_line_are_redone(tmp_path: Path, workspace: 
     assert after[cut + 1]["kind"] == "run_resumed" and after[cut + 1]["from_step"] == 2
     assert len(Recording(after).steps) == 3
     assert_valid_runlog(path)
+
+
+def test_a_resume_that_fails_to_start_still_leaves_one_end(tmp_path: Path, workspace: Path) -> None:
+    """A resume stopped by a configuration error leaves the log as it was; one whose model
+    cannot be set up ends failed, with the earlier end kept in run_resumed."""
+    runner = _runner(tmp_path, Model(finish_at=9))
+    first = asyncio.run(runner.run("engineering", "log", workspace=workspace, max_steps=1))
+    path = Path(str(first.runlog_path))
+    before = path.read_bytes()
+    events = read_events(path)
+    gone = tmp_path / "elsewhere"
+    workspace.rename(gone)
+    with pytest.raises(ConfigError, match="not a folder any more"):
+        asyncio.run(runner.resume(events, path, max_steps=3))
+    assert path.read_bytes() == before  # nothing was written: the run still ends max_steps
+    gone.rename(workspace)
+    result = asyncio.run(
+        resume_task(
+            plan_resume(events, max_steps=3), pack=runner.pack("engineering").pack, chat=None,
+            runlog=JsonlRunLog.reopen(path), workspace=workspace,
+            start_error=ModelConnectionError("the model server is down"),
+        )
+    )  # fmt: skip
+    assert result.status.value == "failed"
+    after = assert_valid_runlog(path)
+    assert kinds(after)[len(events) - 1 :] == ["run_resumed", "run_finished"]
+    assert after[-1]["status"] == "failed" and "down" in after[-1]["error"]["message"]
+    assert after[-2]["ended"]["status"] == "max_steps" and after[-2]["ended"]["steps"] == 1
 
 
 def test_reopen_needs_a_complete_line(tmp_path: Path) -> None:

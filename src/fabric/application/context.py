@@ -21,3 +21,7 @@ class ToolContext:
     """Folders file tools must not write to, even inside the workspace (the runs folder)."""
     commands: CommandRunner | None = None
     """Starts processes under the pack's confinement; None for a run that starts none."""
+    read_only: tuple[Path, ...] = ()
+    """Files and folders file tools may read but never write: what fabric or the user's own
+    tools execute later (fabric.yaml, pack sources, virtualenvs, .git hooks and config; see
+    ADR 0013). A path equal to one of them or below it is refused for writing."""

@@ -10,6 +10,7 @@ model sends can make this function raise.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ class _Run:
         self.log.emit("llm_request", request)
         started = time.perf_counter()
         try:
-            response = await self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
+            response = await self._chat_unless_cancelled()
         except FabricError as exc:
             raise _Stop(RunStatus.FAILED, error=_describe(exc)) from exc
         self.usage += response.usage
@@ -127,6 +128,26 @@ class _Run:
             event["warnings"] = list(response.warnings)
         self.log.emit("llm_response", event)
         return response
+
+    async def _chat_unless_cancelled(self) -> ChatResponse:
+        """The model call, raced against the cancel event: cancelling stops a call at once,
+        mid-stream or in a retry's backoff. The call is cancelled and waited for (it closes
+        its connection); a reply that came in first still counts."""
+        call = asyncio.ensure_future(
+            self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
+        )
+        stopping = asyncio.ensure_future(self.cancel.wait())
+        try:
+            await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cut = not call.done()
+            for waiting in (call, stopping):
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await waiting  # what the call raises while stopping no longer matters
+        if cut:
+            raise _Stop(RunStatus.CANCELLED)
+        return call.result()
 
     def _no_tool_calls(self, response: ChatResponse) -> None:
         text = response.content or ""
@@ -246,6 +267,7 @@ async def execute_task(
     limits: Limits | None = None,
     cancel: asyncio.Event | None = None,
     protected: tuple[Path, ...] = (),
+    read_only: tuple[Path, ...] = (),
     meta: Mapping[str, Any] | None = None,
     on_delta: DeltaSink | None = None,
     prices: Prices | None = None,
@@ -258,7 +280,8 @@ async def execute_task(
     With ``start_error`` (no model could be set up; ``chat`` is then None) the run is recorded
     as started and failed with that error, so it has a runlog like every other run.
 
-    ``sandbox`` defaults to the pack's own; ``protected`` folders stay read-only for file tools.
+    ``sandbox`` defaults to the pack's own; ``protected`` places file tools neither read
+    nor write; ``read_only`` ones (host code, ADR 0013) they only read.
     ``commands`` starts the processes tools ask for (the shell tool), confined by the OS.
     ``sandbox.policy`` decides each tool call; ``approver`` answers its asks (none: denied).
     ``on_delta`` gets the model's reply as it streams in; with ``prices`` the run's cost is
@@ -266,7 +289,14 @@ async def execute_task(
     """
     limits = limits or Limits()
     sandbox = sandbox or pack.sandbox
-    ctx = ToolContext(run_id, workspace, sandbox, tuple(p.resolve() for p in protected), commands)
+    ctx = ToolContext(
+        run_id,
+        workspace,
+        sandbox,
+        tuple(p.resolve() for p in protected),
+        commands,
+        tuple(p.resolve() for p in read_only),
+    )
     if chat is None and start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")
     run = _Run(run_id, pack, chat, runlog, limits, ctx, cancel or asyncio.Event())  # type: ignore[arg-type]

@@ -70,6 +70,7 @@ async def replay(
     limits: Limits | None = None,
     sandbox: SandboxSettings | None = None,
     protected: tuple[Path, ...] = (),
+    read_only: tuple[Path, ...] = (),
     commands: CommandRunner | None = None,
 ) -> ReplayReport:
     """Re-drive the recorded run ``events`` with ``pack`` (as it is now) and report whether it
@@ -96,6 +97,7 @@ async def replay(
         sandbox=sandbox,
         limits=limits,
         protected=protected,
+        read_only=read_only,
         meta={"replay_of": recording.run_id},
         commands=commands if live else None,
         approver=RecordedApprover(recording.events),  # an "ask" gets the answer it got then

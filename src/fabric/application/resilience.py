@@ -1,8 +1,9 @@
 """Chat clients that wrap another: retries with backoff, and a fallback chain.
 
 ``RetryingChatClient`` tries a model call again when the failure may pass (``retryable``:
-429 rate limits, 5xx, connection failures, timeouts) and never on the others (400, 401, 403,
-404, a model that cannot call tools...), which propagate at once. Waits:
+429 rate limits, 5xx, connection failures, timeouts, a request that ran past its deadline
+``llm.timeouts.request``) and never on the others (400, 401, 403, 404, a model that cannot
+call tools...), which propagate at once. Waits:
 
 - the server's ``Retry-After`` when it sent one, as is (not capped by ``max_delay``);
 - otherwise exponential backoff with *equal jitter*: ``d = min(max_delay, initial_delay *
@@ -14,6 +15,8 @@ It gives up after ``attempts`` tries in all, or when the next wait would take th
 last one, unchanged in type and code, with "gave up after N tries" added to its message and
 ``retries_exhausted`` set (read it with ``retries_exhausted(exc)``): that is what a fallback
 step with ``on: [retries_exhausted]`` reacts to.
+The waits are plain ``sleep``s, so cancelling the call (as the loop does when a run is
+cancelled) ends a wait at once too.
 
 ``FallbackChatClient`` switches models, in the order configured, only when the current one
 fails with a capability error (``ModelCapabilityError``: cannot call tools, context too long)

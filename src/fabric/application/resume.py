@@ -8,6 +8,10 @@ there) the model's replies and the tools' results come from the log, as a replay
 so the model is not asked again and no tool runs twice; from the first incomplete step on, the
 live chat client and the pack's real tools take over. A runlog wrapper drops the events of the
 re-driven steps (they are in the log already), writes ``run_resumed`` and passes the rest on.
+
+A run has one end: the ``run_finished`` of a run resumed after ``max_steps`` goes into
+``run_resumed`` (as ``ended``), in its place in the log (``JsonlRunLog.reopen`` replaces it),
+so the log still ends with exactly one ``run_finished``, the resumed run's (ADR 0010).
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class ResumePlan:
     completed: int
     limits: Limits
     reason: str
+    ended: Mapping[str, Any] | None = None
+    """The ``run_finished`` the run is resumed from (None: it was interrupted)."""
 
     @property
     def run_id(self) -> str:
@@ -102,7 +108,7 @@ def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = Non
         if e.get("kind") == "run_started"
         or (isinstance(e.get("step"), int) and e["step"] <= completed)
     ]
-    return ResumePlan(recording.started, kept, completed, limits, reason)
+    return ResumePlan(recording.started, kept, completed, limits, reason, finished)
 
 
 def _last_end(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -114,6 +120,12 @@ def _last_end(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         elif event.get("kind") == "run_resumed":
             end = None
     return end
+
+
+def _without_envelope(end: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``run_finished`` as ``run_resumed.ended`` keeps it: its fields and ``ts``, without
+    ``v``, ``seq``, ``run_id`` and ``kind`` (its seq is the ``run_resumed``'s now)."""
+    return {k: v for k, v in end.items() if k not in {"v", "seq", "run_id", "kind"}}
 
 
 def _complete_steps(recording: Recording) -> int:
@@ -187,7 +199,8 @@ class _ResumingTool:
 
 class _ResumingRunLog:
     """The reopened runlog: drops ``run_started`` and the re-driven steps' events (already in
-    the log), writing ``run_resumed`` in place of the former; passes everything else on."""
+    the log), writing ``run_resumed`` in place of the former, with the end the run is resumed
+    from (which the reopened log leaves out); passes everything else on."""
 
     def __init__(self, inner: RunLog, plan: ResumePlan, state: ReplayState) -> None:
         self._inner, self._plan, self._state = inner, plan, state
@@ -208,6 +221,8 @@ class _ResumingRunLog:
                 "reason": self._plan.reason,
                 "limits": data.get("limits"),
             }
+            if self._plan.ended is not None:
+                resumed["ended"] = _without_envelope(self._plan.ended)
             self._inner.emit("run_resumed", resumed)
             return
         step = data.get("step")
@@ -235,6 +250,7 @@ async def resume_task(
     sandbox: SandboxSettings | None = None,
     cancel: Any = None,
     protected: tuple[Path, ...] = (),
+    read_only: tuple[Path, ...] = (),
     on_delta: DeltaSink | None = None,
     prices: Prices | None = None,
     start_error: FabricError | None = None,
@@ -269,6 +285,7 @@ async def resume_task(
         limits=plan.limits,
         cancel=cancel,
         protected=protected,
+        read_only=read_only,
         on_delta=on_delta,
         prices=prices,
         start_error=start_error,

@@ -22,8 +22,21 @@ class Timeouts(_Strict):
     """How long to wait for the model server, in seconds."""
 
     connect: float = Field(10.0, gt=0, description="Opening a connection.")
-    read: float = Field(600.0, gt=0, description="Waiting for a reply (local models are slow).")
+    read: float = Field(
+        600.0,
+        gt=0,
+        description="Each wait for the next bytes of a reply (local models are slow to start); "
+        "``request`` bounds the whole reply.",
+    )
     write: float = Field(60.0, gt=0, description="Sending a request.")
+    request: float = Field(
+        900.0,
+        gt=0,
+        description="One whole model request, a streamed reply read to its last byte included. "
+        "read bounds each wait for data only, so a server that keeps sending a little never "
+        "trips it; this does (then the request is retried like any timeout). Slow CPU models "
+        "writing long replies may need more.",
+    )
 
 
 class RetrySettings(_Strict):
@@ -413,6 +426,12 @@ class ServeSettings(_Strict):
         "file's folder). The first is the default workspace.",
     )
     max_task_chars: int = Field(100_000, ge=1, description="Longest task text accepted.")
+    share_workspaces: bool = Field(
+        False,
+        description="Let tasks on the same workspace run at the same time. Off: a task whose "
+        "workspace is, contains or lies inside a running or earlier waiting task's workspace "
+        "stays queued until that one ends, so two runs never edit the same files at once.",
+    )
     concurrency: int = Field(4, ge=1, description="Tasks running at once, in all.")
     pack_concurrency: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict, description="Tasks of one pack running at once, by pack name."

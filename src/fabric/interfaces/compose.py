@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,15 +20,17 @@ from fabric.application.ports import Approver, ChatClient, DeltaSink, RunLog
 from fabric.application.resilience import FallbackChatClient, RetryingChatClient
 from fabric.application.resolve import Resolution, probe_tools, resolve_llm
 from fabric.application.resume import plan_resume, resume_task
+from fabric.application.workspaces import check_workspace
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import FallbackStep, Limits
 from fabric.domain.errors import ConfigError, FabricError, RunError, SandboxError
 from fabric.domain.models import RunResult
+from fabric.domain.secrets import Secrets
 from fabric.infrastructure.llm.backends import Backends, base_url_of
-from fabric.infrastructure.packs.registry import LoadedPack, load_pack
+from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack, load_pack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
 from fabric.infrastructure.runlog.writer import Observer
-from fabric.infrastructure.sandbox import command_runner
+from fabric.infrastructure.sandbox import HostCode, command_runner, host_code
 
 RESOLVE_TTL = 30.0
 ChatFactory = Callable[[str], ChatClient]
@@ -51,6 +54,8 @@ class _Session:
     commands: CommandRunner | None
     start_error: FabricError | None
     resolution: Resolution | None
+    read_only: tuple[Path, ...]
+    """Host code in the workspace as the run found it: tools and commands only read it."""
 
 
 @dataclass
@@ -63,10 +68,13 @@ class Runner:
     chat_factory: ChatFactory | None = None
     protected: tuple[Path, ...] = ()
     """Places file tools may neither read nor write, besides the runs folder."""
+    secrets: Secrets = field(default_factory=Secrets)
+    """Redacted from every runlog line and artifact (``known_secrets``)."""
     _packs: dict[str, LoadedPack] = field(default_factory=dict)
     _resolved: dict[tuple[str, str | None, str | None], tuple[float, Resolution]] = field(
         default_factory=dict
     )
+    _host_code: HostCode | None = None
 
     def pack(self, name: str) -> LoadedPack:
         if name not in self._packs:
@@ -170,6 +178,7 @@ class Runner:
     ) -> RunResult:
         """Run one task to its end and return the result; the runlog is on disk.
         ``approver`` answers the calls the pack's policy asks about (None: they are refused)."""
+        check_workspace(workspace or Path.cwd(), self.loaded, runs_dir=self.runs_dir)
         if not task.strip():
             raise ConfigError("the task is empty", hint="say what the pack should do")
         loaded_pack = self.pack(pack_name)
@@ -195,6 +204,7 @@ class Runner:
                 limits=limits,
                 cancel=cancel,
                 protected=self.protected_paths,
+                read_only=session.read_only,
                 on_delta=on_delta,
                 prices=self._prices(),
                 meta=self._meta(session.resolution),
@@ -233,7 +243,7 @@ class Runner:
 
         def open_log() -> JsonlRunLog:
             try:
-                return JsonlRunLog.reopen(path, *observers)
+                return JsonlRunLog.reopen(path, *observers, secrets=self.secrets)
             except OSError as exc:
                 raise ConfigError(f"cannot append to {path}: {exc}") from exc
 
@@ -248,6 +258,7 @@ class Runner:
                 sandbox=loaded_pack.settings.sandbox,
                 cancel=cancel,
                 protected=self.protected_paths,
+                read_only=session.read_only,
                 on_delta=on_delta,
                 prices=self._prices(),
                 start_error=session.start_error,
@@ -268,14 +279,15 @@ class Runner:
         chat client), with any failure kept as the run's start error so it still gets a
         runlog; closed again afterwards, whatever happened."""
         resolution, unresolved = await self._try_resolve(loaded_pack.pack.name, backend, model)
-        commands, unconfined = await self._commands(loaded_pack, workspace)
+        read_only = await asyncio.to_thread(self.read_only_in, workspace)
+        commands, unconfined = await self._commands(loaded_pack, workspace, read_only)
         runlog = open_log()
         chat: ChatClient | None = None
         try:
             chat, unresolved = await self._open_chat(
                 loaded_pack, model, resolution, unresolved, runlog
             )
-            yield _Session(runlog, chat, commands, unconfined or unresolved, resolution)
+            yield _Session(runlog, chat, commands, unconfined or unresolved, resolution, read_only)
         finally:
             runlog.close()
             if chat is not None:
@@ -305,21 +317,48 @@ class Runner:
             loaded_pack.settings.sandbox.allowed_commands
         )
 
-    def commands_for(self, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None:
+    def read_only_in(self, workspace: Path) -> tuple[Path, ...]:
+        """The host code inside ``workspace`` now: what fabric or the user's tools execute
+        later (this config, its pack modules, virtualenvs, .git config and hooks, ...), which
+        a run may read but not change (ADR 0013)."""
+        return tuple(self._host().in_workspace(workspace))
+
+    def _host(self) -> HostCode:
+        if self._host_code is None:
+            source = Path(self.loaded.source)
+            modules = [
+                BUILTIN_BUILDERS.get(p.builder, p.builder).partition(":")[0]
+                for p in self.loaded.config.packs.values()
+            ]
+            self._host_code = host_code(
+                source if source.is_file() else None, self.loaded.base_dir, modules
+            )
+        return self._host_code
+
+    def commands_for(
+        self, loaded_pack: LoadedPack, workspace: Path, read_only: tuple[Path, ...] | None = None
+    ) -> CommandRunner | None:
         """The confined command runner for a pack that starts processes (None for one that
-        starts none); SandboxError when this machine cannot confine it as configured."""
+        starts none); SandboxError when this machine cannot confine it as configured.
+        ``read_only``: the workspace's host code (default: as found now)."""
         if not self.starts_commands(loaded_pack):
             return None
-        return command_runner(loaded_pack.settings.sandbox, workspace, self.protected_paths)
+        self._host().check(workspace)
+        if read_only is None:
+            read_only = self.read_only_in(workspace)
+        return command_runner(
+            loaded_pack.settings.sandbox, workspace, self.protected_paths, read_only
+        )
 
     async def _commands(
-        self, loaded_pack: LoadedPack, workspace: Path
+        self, loaded_pack: LoadedPack, workspace: Path, read_only: tuple[Path, ...]
     ) -> tuple[CommandRunner | None, FabricError | None]:
         """``commands_for``, or why it cannot be had (the run is then recorded as failed, with
         the hint to install bubblewrap). The first call probes the machine (tens of ms), in a
         thread, to keep the event loop free."""
         try:
-            return await asyncio.to_thread(self.commands_for, loaded_pack, workspace), None
+            runner = await asyncio.to_thread(self.commands_for, loaded_pack, workspace, read_only)
+            return runner, None
         except SandboxError as exc:
             return None, exc
 
@@ -358,7 +397,7 @@ class Runner:
 
     def _runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:
         try:
-            return JsonlRunLog(self.runs_dir, run_id, *observers)
+            return JsonlRunLog(self.runs_dir, run_id, *observers, secrets=self.secrets)
         except OSError as exc:
             raise ConfigError(
                 f"cannot create the runlog folder in {self.runs_dir}: {exc}",
@@ -419,6 +458,7 @@ def build_runner(
     chat_factory: ChatFactory | None = None,
     runs_dir: Path | None = None,
     on_status: Callable[[str], None] | None = None,
+    secrets: Secrets | None = None,
 ) -> Runner:
     """Compose a runner; every default is built here, none at import time."""
     return Runner(
@@ -426,4 +466,13 @@ def build_runner(
         runs_dir=runs_dir or loaded.runs_dir,
         backends=Backends(loaded.config.llm, on_status=on_status),
         chat_factory=chat_factory,
+        secrets=known_secrets(loaded) if secrets is None else secrets,
     )
+
+
+def known_secrets(loaded: LoadedConfig, *also: str) -> Secrets:
+    """What fabric never writes out: every backend's API key (whatever its ``api_key_env``
+    variables are called), the environment's secret-looking variables, and ``also`` (e.g.
+    the HTTP service's token)."""
+    names = [n for b in loaded.config.llm.backends.values() for n in getattr(b, "api_key_env", ())]
+    return Secrets.from_env(os.environ, names, also=also)

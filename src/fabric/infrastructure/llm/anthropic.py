@@ -1,7 +1,8 @@
 """A ``ChatClient`` and a ``ModelCatalog`` for Anthropic's Messages API (``/v1/messages``).
 
 Requests carry ``x-api-key`` and ``anthropic-version``; the history is translated at this edge
-(``anthropic_wire``) and replies are read whole or as server-sent events (``anthropic_stream``).
+(``anthropic_wire``) and replies are read whole or as server-sent events (``anthropic_stream``),
+within ``request_timeout`` seconds for the whole request.
 httpx errors and error replies become fabric errors here, the same ones every adapter raises.
 """
 
@@ -18,7 +19,7 @@ from fabric.domain.models import ChatResponse, Message, ModelInfo
 
 from .anthropic_stream import Reply, count, parse_message, read_stream
 from .anthropic_wire import to_anthropic_messages, to_anthropic_tools, to_chat_response
-from .http import encode_json, model_client
+from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
 from .http_errors import BODY_LIMIT, status_error, transport_error
 from .text_tool_calls import apply_text_tool_calls
 
@@ -38,6 +39,7 @@ class AnthropicChatClient:
         api_key: str | None,
         max_tokens: int,
         timeout: httpx.Timeout | float,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         stream: bool = True,
         temperature: float | None = None,
         text_tool_calls: bool = False,
@@ -47,6 +49,7 @@ class AnthropicChatClient:
         self._api_key = api_key
         self._url = _root(base_url) + "/v1/messages"
         self._server = f"the Anthropic API at {_root(base_url)}"
+        self._request_timeout = request_timeout
         self._max_tokens = max_tokens
         self._stream = stream
         self._temperature = temperature
@@ -77,7 +80,8 @@ class AnthropicChatClient:
         if self._stream:
             body["stream"] = True
         try:
-            reply = await self._send(encode_json(body), on_delta)
+            request = self._send(encode_json(body), on_delta)
+            reply = await within_deadline(request, self._request_timeout, self._url)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._url) from exc
         response = to_chat_response(reply)

@@ -60,6 +60,7 @@ class Backends:
         self._embedded: dict[str, EmbeddedServer] = {}
         t = llm.timeouts
         self._timeout = httpx.Timeout(t.read, connect=t.connect, write=t.write)
+        self._request_timeout = t.request
 
     def settings(self, name: str) -> Backend:
         backend = self._llm.backends.get(name)
@@ -120,6 +121,7 @@ class Backends:
                 base_url=base_url_of(backend) or "",
                 model=model,
                 timeout=self._timeout,
+                request_timeout=self._request_timeout,
                 num_ctx=options.num_ctx or min(window, MAX_AUTO_NUM_CTX),
                 stream=backend.stream,
                 temperature=temperature,
@@ -134,6 +136,7 @@ class Backends:
                 api_key=api_key(backend),
                 max_tokens=backend.max_tokens,
                 timeout=self._timeout,
+                request_timeout=self._request_timeout,
                 stream=backend.stream,
                 temperature=temperature,
                 text_tool_calls=options.text_tool_calls,
@@ -151,6 +154,7 @@ class Backends:
             model=model,
             api_key=key,
             timeout=self._timeout,
+            request_timeout=self._request_timeout,
             temperature=temperature,
             stream=stream,
             text_tool_calls=options.text_tool_calls,

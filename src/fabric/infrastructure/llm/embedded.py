@@ -2,9 +2,11 @@
 
 ``EmbeddedServer`` runs ``embedded_server.py`` in its own process (a crash or an out-of-memory
 kill there cannot take fabric down), waits until it answers, and stops it on ``stop()`` or
-when fabric exits (the child watches its stdin). The server binds 127.0.0.1 and requires a
-random API key, so other local users cannot borrow it. fabric then talks to it with the same
-OpenAI-compatible client as to any server.
+when fabric exits: the child watches its stdin, and the kernel kills it when fabric's process
+ends, however it ends (the parent-death signal; it follows the thread that started the child,
+here the event loop's, which runs as long as the server is used). The server binds 127.0.0.1
+and requires a random API key, so other local users cannot borrow it. fabric then talks to it
+with the same OpenAI-compatible client as to any server.
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ class EmbeddedServer:
                 str(settings.context_size),
                 "--threads",
                 str(settings.threads or 0),
+                "--parent",  # the server dies with fabric (even kill -9), see embedded_server
+                str(os.getpid()),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,

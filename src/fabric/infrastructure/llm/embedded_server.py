@@ -3,19 +3,24 @@
 Loads a GGUF with llama.cpp (the ``xllamacpp`` package) and serves llama.cpp's
 OpenAI-compatible HTTP API on 127.0.0.1 at a free port, requiring the API key given in
 ``FABRIC_EMBEDDED_KEY``. Prints one JSON line ``{"url": ...}`` on stdout when it answers, or
-``{"error": ...}`` when it cannot start; it stops when its standard input closes, so it never
-outlives fabric.
+``{"error": ...}`` when it cannot start. It never outlives fabric (``--parent``, fabric's
+pid): on Linux the kernel kills it when fabric's process ends, however that ends (even while
+the model is still loading); elsewhere, and on a normal stop, it ends when its standard input
+closes.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import sys
 from typing import TextIO
 
 KEY_ENV = "FABRIC_EMBEDDED_KEY"
+_PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--parent", type=int, default=0, help="fabric's pid: die with it")
     args = parser.parse_args(argv)
+    if args.parent and not _dies_with(args.parent):
+        return 1  # fabric is gone already: nobody will ask anything
     # The answer goes to fabric on a private copy of stdout; fd 1 itself then points at the
     # log (stderr), so nothing llama.cpp prints can fill a pipe nobody reads and hang it.
     answer = os.fdopen(os.dup(1), "w")
@@ -52,6 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdin.read()  # until fabric closes the pipe or exits
     del server
     return 0
+
+
+def _dies_with(parent: int) -> bool:
+    """Have the kernel kill this process when ``parent`` ends (Linux); False when it has
+    ended already (this process was then handed to another parent before asking)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == parent
 
 
 def _say(out: TextIO, message: dict[str, str]) -> None:

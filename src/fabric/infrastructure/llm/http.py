@@ -5,20 +5,29 @@
 - Proxy settings from the environment (HTTPS_PROXY, NO_PROXY, ...) apply to remote servers,
   never to loopback ones, where a corporate proxy would only get in the way.
 - Redirects are not followed: a model endpoint that redirects is misconfigured.
+- One whole request has a deadline (``within_deadline``, ``llm.timeouts.request``) besides
+  httpx's timeouts, which bound each read only: a server that sends a byte a second never
+  trips them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import json
 import ssl
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
 
 import httpx
 
+from fabric.domain.errors import ModelTimeoutError
+
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
+DEFAULT_REQUEST_TIMEOUT = 900.0
+"""Seconds one model request may take in all: the default of ``llm.timeouts.request``."""
+T = TypeVar("T")
 
 
 @functools.cache
@@ -66,3 +75,24 @@ def encode_json(body: Mapping[str, Any]) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+async def within_deadline(request: Awaitable[T], seconds: float, url: str) -> T:
+    """``request`` (one whole model request: connecting, sending, reading the reply to its last
+    byte), cancelled once it has taken ``seconds``. The request closes its response on the way
+    out, so the server sees the connection go; the caller gets a ``ModelTimeoutError`` (which
+    retries treat like any timeout) that says which limit ran out."""
+    try:
+        async with asyncio.timeout(seconds) as deadline:
+            return await request
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # a TimeoutError of the request's own, not this deadline
+        raise ModelTimeoutError(
+            f"the model server at {url} did not finish its reply within {seconds:g} s "
+            "(llm.timeouts.request, the limit for one whole request): it is slow, overloaded "
+            "or stuck",
+            hint="if the model is just slow (a large model on CPU, a long reply), raise "
+            "llm.timeouts.request in fabric.yaml; otherwise check the model server (its log "
+            "and load), or use a smaller or faster model",
+        ) from None

@@ -2,6 +2,9 @@
 
 Every adapter (OpenAI-compatible, Ollama, Anthropic) sends its httpx exceptions and error
 replies through here, so a user sees the same codes and the same advice whatever the server.
+A reply that echoes the API key (some servers quote the ``Authorization`` header they got)
+loses it here, before the error goes anywhere: known secrets in any of their forms
+(``fabric.domain.secrets``) and any ``Bearer <token>`` become ``[redacted]``.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,8 +31,14 @@ from fabric.domain.errors import (
     ModelTimeoutError,
     ModelToolsUnsupportedError,
 )
+from fabric.domain.secrets import REDACTED, Secrets
 
 BODY_LIMIT = 2000
+# A bearer token the server quoted back, even one fabric does not know: 8+ characters with a
+# digit, or 24+ ("Bearer authentication failed" keeps its words).
+_BEARER = re.compile(
+    r"(\bbearer\s+)(?:(?=[^\s\"'\\,;]*\d)[^\s\"'\\,;]{8,}|[^\s\"'\\,;]{24,})", re.IGNORECASE
+)
 _TOOLS_UNSUPPORTED = (
     "does not support tools",
     "tool use is not supported",
@@ -103,11 +114,21 @@ def retry_after(headers: Mapping[str, str], now: float | None = None) -> float |
 
 
 def status_error(
-    status: int, body: str, headers: Mapping[str, str], *, model: str, server: str
+    status: int,
+    body: str,
+    headers: Mapping[str, str],
+    *,
+    model: str,
+    server: str,
+    secrets: Secrets | None = None,
 ) -> ModelError:
-    """An HTTP error reply mapped to the fabric error a user can act on."""
+    """An HTTP error reply mapped to the fabric error a user can act on. ``secrets`` (default:
+    the secret-looking environment variables, which include the usual API key variables) are
+    redacted from the body and the message, before the body is cut short."""
+    known = _known() if secrets is None else secrets
+    body = _scrub(body, known)
     text = body[:BODY_LIMIT]
-    reason = _reason(body)
+    reason = _scrub(_reason(body), known)  # the JSON decoded may spell a key with escapes
     lowered = f"{text}\n{reason}".lower()
     what = f"{server} answered {status} for model {model!r}: {reason[:500]}"
     kwargs: dict[str, Any] = {"status_code": status, "body": text}
@@ -171,6 +192,14 @@ def status_error(
     return ModelError(
         what, hint="check the request settings in fabric.yaml (model name, options)", **kwargs
     )
+
+
+def _known() -> Secrets:
+    return Secrets.from_env(os.environ)
+
+
+def _scrub(text: str, secrets: Secrets) -> str:
+    return _BEARER.sub(rf"\1{REDACTED}", secrets.redact(text))
 
 
 def _reason(body: str) -> str:

@@ -12,7 +12,8 @@ message with ids ``call_<n>`` and arguments as a JSON string.
 
 Streaming replies are NDJSON, one object a line: ``message.content`` fragments, whole
 ``message.tool_calls``, and a last ``done: true`` line with the token counts. A line that cannot
-be read is skipped and reported as a warning, never fatal.
+be read is skipped and reported as a warning, never fatal. The whole request, the stream read
+to its end, has ``request_timeout`` seconds.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from fabric.domain.models import (
     content_text,
 )
 
-from .http import encode_json, model_client
+from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
 from .http_errors import BODY_LIMIT, status_error, transport_error
 from .text_tool_calls import apply_text_tool_calls
 
@@ -58,6 +59,7 @@ class OllamaChatClient:
         base_url: str,
         model: str,
         timeout: httpx.Timeout | float = 600.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         num_ctx: int | None = None,
         stream: bool = True,
         temperature: float | None = None,
@@ -66,6 +68,7 @@ class OllamaChatClient:
     ) -> None:
         self._model = model
         self._url = base_url.rstrip("/") + "/api/chat"
+        self._request_timeout = request_timeout
         self._num_ctx = num_ctx
         self._stream = stream
         self._temperature = temperature
@@ -99,11 +102,9 @@ class OllamaChatClient:
             body["options"] = options
         content = encode_json(body)
         reply = _Reply(self._model, on_delta if self._stream else None)
+        read = self._read_stream if self._stream else self._read_whole
         try:
-            if self._stream:
-                await self._read_stream(content, reply)
-            else:
-                await self._read_whole(content, reply)
+            await within_deadline(read(content, reply), self._request_timeout, self._url)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._url) from exc
         warning = truncation_warning(

@@ -4,8 +4,9 @@ Covers Ollama's ``/v1``, vLLM, llama.cpp's server, LM Studio, OpenAI and OpenRou
 in the ``tools`` field; ``tool_calls`` come back with arguments as a JSON string (OpenAI) or an
 object (some local servers). With ``stream`` on, the reply arrives as server-sent events
 (``openai_stream``) and each piece goes to ``on_delta``; either way the same ``ChatResponse``
-comes back. httpx errors and HTTP error replies become fabric errors here, so nothing above
-this module sees httpx.
+comes back, and the whole request (the reply read to its end) has ``request_timeout`` seconds.
+httpx errors and HTTP error replies become fabric errors here, so nothing above this module
+sees httpx.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from fabric.domain.models import (
     assistant_message,
 )
 
-from .http import encode_json, model_client
+from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
 from .http_errors import BODY_LIMIT, status_error, transport_error
 from .openai_catalog import OpenAICatalog
 from .openai_stream import StreamAccumulator, sse_data
@@ -57,6 +58,7 @@ class OpenAIChatClient:
         model: str,
         api_key: str | None = None,
         timeout: httpx.Timeout | float = 600.0,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         temperature: float | None = None,
         stream: bool = False,
         text_tool_calls: bool = False,
@@ -65,6 +67,7 @@ class OpenAIChatClient:
     ) -> None:
         self._model = model
         self._url = base_url.rstrip("/") + "/chat/completions"
+        self._request_timeout = request_timeout
         self._temperature = temperature
         self._stream = stream
         self._text_tool_calls = text_tool_calls
@@ -96,9 +99,10 @@ class OpenAIChatClient:
         if self._stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-            response = await self._chat_streamed(encode_json(body), on_delta)
+            request = self._chat_streamed(encode_json(body), on_delta)
         else:
-            response = await self._chat_once(encode_json(body))
+            request = self._chat_once(encode_json(body))
+        response = await within_deadline(request, self._request_timeout, self._url)
         if self._text_tool_calls or self._constrained:
             response = apply_text_tool_calls(response, tools, messages)
         return response

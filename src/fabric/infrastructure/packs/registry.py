@@ -4,7 +4,8 @@ A pack section's ``builder`` is ``module:callable`` (or a built-in short name). 
 first parameter is annotated with its settings model, a subclass of ``PackSettings``; the pack's
 YAML section is validated with that model and passed in, and the callable returns a ``Pack``.
 The config file's folder goes first on the import path, so ``packs.mine:build`` finds the
-user's own ``packs/mine.py``.
+user's own ``packs/mine.py``; it is guarded (``import_guard.py``): it provides only the modules
+builders name, from source.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from fabric.application.pack import Pack
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import PackSettings
 from fabric.domain.errors import PackError
+
+from .import_guard import guard
 
 BUILTIN_BUILDERS = {
     "engineering": "packs.engineering:build",
@@ -124,6 +127,8 @@ def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[...,
     base = str(loaded.base_dir)
     if base not in sys.path:
         sys.path.insert(0, base)
+    # The config folder is often the workspace: it may give only this module, from source.
+    guard([base], [module_name.split(".")[0]])
     importlib.invalidate_caches()  # see pack files created since the last import
     try:
         module = importlib.import_module(module_name)

@@ -4,19 +4,25 @@
 yields every complete line as an event, and stops after ``run_finished`` or, for a run that
 ended without one (interrupted, crashed), once the caller says the run is over and a last read
 found nothing more. A partial last line is kept until its newline arrives; a torn last line of
-a crashed run is never yielded. ``runlog_snapshot`` gives the complete lines as they are now.
-Used by ``fabric show --follow`` and the HTTP service's event stream and runlog download.
+a crashed run is never yielded. A resume replaces the file once (``JsonlRunLog.reopen``: the
+same lines, its end left out, the new ones after): the follower notices the new file and reads
+it from the start, by ``seq``, so nothing is lost or sent twice. ``runlog_snapshot`` gives the
+complete lines as they are now. Used by ``fabric show --follow`` and the HTTP service's event
+stream and runlog download.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 _CHUNK = 1 << 20  # bytes read per step: a large runlog is streamed, never loaded at once
+FileId = tuple[int, int]
+"""Which file a path named when it was read: (device, inode)."""
 
 
 async def follow_runlog(
@@ -33,9 +39,13 @@ async def follow_runlog(
     - Waits for the file to appear and for new lines, checking its size every ``poll`` seconds
       or as soon as ``wake`` is set (it is cleared on waking; setting it after appending a line
       makes the line go out at once).
-    - Ends right after yielding ``run_finished`` (also when resuming past it), or when
-      ``is_over()`` is true and a read made after asking it found no new complete line: the
-      run ended without ``run_finished`` (interrupted or crashed) or never started.
+    - Ends after the ``run_finished`` that is the last complete line (also when ``after`` is
+      past it), or when ``is_over()`` is true and a read made after asking it found no new
+      complete line: the run ended without ``run_finished`` (interrupted or crashed) or never
+      started. A ``run_finished`` followed by more lines (a log resumed by an earlier fabric,
+      which kept the first end) is passed like any event.
+    - When the file at ``path`` is replaced (a resume rewrote the log) or gets shorter, it is
+      read again from its start; ``seq`` says what was yielded already.
     - Heartbeat: when nothing new arrived for ``heartbeat`` seconds, yields ``None`` so the
       caller can send a keep-alive (e.g. ``sse_comment("ping")``) and refresh what ``is_over``
       reads. ``heartbeat=None`` never yields ``None``; ``0`` yields it after every idle poll.
@@ -45,12 +55,14 @@ async def follow_runlog(
     if poll <= 0:
         raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
     loop = asyncio.get_running_loop()
-    offset, pending = 0, b""
+    offset, pending, file_id, ended = 0, b"", None, False
     last_yield = loop.time()
     while True:
         # Asked before reading: if the task was already over, this read saw its last line.
         over = is_over()
-        chunk = _read(path, offset)
+        chunk, file_id, again = _read(path, offset, file_id)
+        if again:  # another file now: read it whole, skipping the seqs already yielded
+            offset, pending = 0, b""
         offset += len(chunk)
         lines: list[bytes] = []
         if chunk:
@@ -65,12 +77,11 @@ async def follow_runlog(
                 yield event
                 yielded = True
                 last_yield = loop.time()
-            if event.get("kind") == "run_finished":
-                return
+            ended = event.get("kind") == "run_finished"
         if len(chunk) == _CHUNK:  # more is waiting: read on before any wait or verdict
             await asyncio.sleep(0)
             continue
-        if over:
+        if ended or over:
             return
         if not yielded and heartbeat is not None and loop.time() - last_yield >= heartbeat:
             yield None
@@ -82,11 +93,23 @@ def runlog_snapshot(path: Path) -> tuple[int, Iterator[bytes]]:
     """The runlog's complete lines as they are now, for a download while the run may still be
     writing: their length in bytes and an iterator over them in chunks. A torn last line and
     whatever is appended after this call are left out, so the length stays true (a response
-    with Content-Length must not grow while it is sent). FileNotFoundError if there is none."""
-    end = _after_last_newline(path, path.stat().st_size)
+    with Content-Length must not grow while it is sent). Should a resume replace the log before
+    the lines are read, they come from the new log if its first bytes are as many whole lines,
+    and the iterator raises ``OSError`` otherwise (never half a line). FileNotFoundError if
+    there is none."""
+    with path.open("rb") as file:
+        stat = os.fstat(file.fileno())
+        end = _after_last_newline(file, stat.st_size)
+    measured = (stat.st_dev, stat.st_ino)
 
     def chunks() -> Iterator[bytes]:
         with path.open("rb") as file:
+            now = os.fstat(file.fileno())
+            if (now.st_dev, now.st_ino) != measured and (
+                now.st_size < end or _after_last_newline(file, end) != end
+            ):
+                raise OSError(f"{path} was replaced (the run was resumed) while being sent")
+            file.seek(0)
             left = end
             while left > 0 and (data := file.read(min(_CHUNK, left))):
                 left -= len(data)
@@ -95,31 +118,37 @@ def runlog_snapshot(path: Path) -> tuple[int, Iterator[bytes]]:
     return end, chunks()
 
 
-def _after_last_newline(path: Path, size: int) -> int:
-    """The offset just after the last newline in the first ``size`` bytes (0: none)."""
-    with path.open("rb") as file:
-        stop = size
-        while stop > 0:
-            start = max(0, stop - _CHUNK)
-            file.seek(start)
-            found = file.read(stop - start).rfind(b"\n")
-            if found >= 0:
-                return start + found + 1
-            stop = start
+def _after_last_newline(file: BinaryIO, size: int) -> int:
+    """The offset just after the last newline in the first ``size`` bytes of ``file`` (0:
+    none)."""
+    stop = size
+    while stop > 0:
+        start = max(0, stop - _CHUNK)
+        file.seek(start)
+        found = file.read(stop - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        stop = start
     return 0
 
 
-def _read(path: Path, offset: int) -> bytes:
-    """The bytes appended after ``offset`` (at most ``_CHUNK``); nothing while the file is
-    missing. Checks the size first, so an idle poll costs one stat."""
+def _read(path: Path, offset: int, known: FileId | None) -> tuple[bytes, FileId | None, bool]:
+    """The bytes appended after ``offset`` (at most ``_CHUNK``) to the file ``known`` (None:
+    none read yet), which file they come from, and whether it is another file (or a shorter
+    one) than ``known``: then the bytes are read from its start. Nothing while the file is
+    missing. Checks the file first, so an idle poll costs one stat."""
     try:
-        if path.stat().st_size <= offset:
-            return b""
+        stat = path.stat()
+        if (stat.st_dev, stat.st_ino) == known and stat.st_size <= offset:
+            return b"", known, False
         with path.open("rb") as file:
-            file.seek(offset)
-            return file.read(_CHUNK)
+            stat = os.fstat(file.fileno())  # the file opened, even if replaced since the stat
+            now = (stat.st_dev, stat.st_ino)
+            again = known is not None and (now != known or stat.st_size < offset)
+            file.seek(0 if again else offset)
+            return file.read(_CHUNK), now, again
     except FileNotFoundError:
-        return b""
+        return b"", known, False
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:

@@ -8,7 +8,9 @@ written under ``artifacts/`` beside the log and referenced by relative path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import math
 import os
@@ -23,6 +25,7 @@ from typing import Any
 
 from fabric.domain import runlog as _format
 from fabric.domain.errors import ConfigError
+from fabric.domain.secrets import Secrets
 
 FORMAT_VERSION = _format.FORMAT_VERSION
 """The format version every line is written in (``v``); older ones stay readable."""
@@ -113,6 +116,11 @@ class _Envelope:
         self._observers = observers
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        record = self._stamp(kind, data)
+        self._notify(record)
+        return record
+
+    def _stamp(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
         envelope = {
             "v": FORMAT_VERSION,
             "seq": self._seq,
@@ -124,15 +132,20 @@ class _Envelope:
         if len(record) < len(envelope) + len(data):  # data reused an envelope key: it loses
             record.update(envelope)
         self._seq += 1
+        return record
+
+    def _notify(self, record: Mapping[str, Any]) -> None:
         for observe in self._observers:
             observe(record)
-        return record
 
 
 class JsonlRunLog(_Envelope):
-    """Writes ``<runs_dir>/<run_id>/runlog.jsonl``; safe to read while the run goes on."""
+    """Writes ``<runs_dir>/<run_id>/runlog.jsonl``; safe to read while the run goes on.
+    ``secrets`` are redacted from every line and artifact (and from what observers get)."""
 
-    def __init__(self, runs_dir: Path, run_id: str, *observers: Observer) -> None:
+    def __init__(
+        self, runs_dir: Path, run_id: str, *observers: Observer, secrets: Secrets | None = None
+    ) -> None:
         if not _RUN_ID.fullmatch(run_id):
             raise ConfigError(
                 f"run id {run_id!r} cannot name a run folder",
@@ -140,6 +153,7 @@ class JsonlRunLog(_Envelope):
                 "pick the id",
             )
         super().__init__(run_id, observers)
+        self._secrets = secrets or Secrets()
         self.dir = runs_dir / run_id
         self.dir.mkdir(parents=True, exist_ok=False)
         self.path = self.dir / RUNLOG_NAME
@@ -148,20 +162,19 @@ class JsonlRunLog(_Envelope):
         self._file = self.path.open("x", encoding="utf-8", errors="backslashreplace")
 
     @classmethod
-    def reopen(cls, path: Path, *observers: Observer) -> JsonlRunLog:
-        """Append to the existing runlog at ``path`` (``fabric resume``), going on with its
-        ``seq`` numbering and run id. A torn last line (the writer was killed mid-line) is
-        cut off first; every complete line stays as it is."""
+    def reopen(
+        cls, path: Path, *observers: Observer, secrets: Secrets | None = None
+    ) -> JsonlRunLog:
+        """Go on with the existing runlog at ``path`` (``fabric resume``): same run id, ``seq``
+        numbering continued. What ends the log is not kept: a torn last line (the writer was
+        killed mid-line), and a trailing ``run_finished`` (the run stopped at ``max_steps``),
+        whose ``seq`` the first new line takes; the caller records that end in that line
+        (``run_resumed.ended``, ADR 0010). Nothing changes until the first line is written; that
+        one replaces the log whole (``_ReplacedTail``), so a kill at any moment leaves the old
+        log or the new one. Every other complete line stays as it is."""
         data = path.read_bytes()
-        end = data.rfind(b"\n") + 1  # everything after the last newline is torn
-        last: Mapping[str, Any] | None = None
-        for line in reversed(data[:end].splitlines()):
-            if line.strip():
-                try:
-                    last = json.loads(line)
-                except ValueError:
-                    continue
-                break
+        complete = data.rfind(b"\n") + 1  # everything after the last newline is torn
+        start, last = _last_line(data[:complete])
         if not isinstance(last, Mapping) or not isinstance(last.get("seq"), int):
             raise ConfigError(
                 f"{path} has no complete runlog line to continue from",
@@ -169,13 +182,18 @@ class JsonlRunLog(_Envelope):
             )
         log = cls.__new__(cls)
         _Envelope.__init__(log, str(last.get("run_id", path.parent.name)), observers)
-        log._seq = int(last["seq"]) + 1
+        log._secrets = secrets or Secrets()
+        ended = last.get("kind") == "run_finished"
+        log._seq = int(last["seq"]) + (0 if ended else 1)
         log.dir = path.parent
         log.path = path
-        if end < len(data):
-            with path.open("r+b") as raw:
-                raw.truncate(end)
-        log._file = path.open("a", encoding="utf-8", errors="backslashreplace")
+        keep = start if ended else complete
+        if keep == len(data):
+            log._file = path.open("a", encoding="utf-8", errors="backslashreplace")
+        else:
+            log._file = io.TextIOWrapper(
+                _ReplacedTail(path, keep), encoding="utf-8", errors="backslashreplace"
+            )
         return log
 
     @property
@@ -183,20 +201,109 @@ class JsonlRunLog(_Envelope):
         return str(self.path)
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
-        line = strict_json(self._record(kind, data), ensure_ascii=False, separators=(",", ":"))
-        self._file.write(line + "\n")
+        record = self._stamp(kind, data)
+        line = strict_json(record, ensure_ascii=False, separators=(",", ":"))
+        safe = self._secrets.redact_json(line)  # the same line, unless a secret was in it
+        self._file.write(safe + "\n")
         self._file.flush()
+        # Observers (live progress, the service's event wake-up) see what the log holds,
+        # once it holds it.
+        self._notify(record if safe is line else json.loads(safe))
 
     def save_artifact(self, name: str, content: str) -> str:
         folder = self.dir / "artifacts"
         folder.mkdir(exist_ok=True)
         target = folder / _unique(_safe_name(name), lambda n: (folder / n).exists())
+        content = self._secrets.redact(content)
         target.write_text(content, encoding="utf-8", errors="backslashreplace")
         return Path(os.path.relpath(target, self.dir)).as_posix()
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def _last_line(data: bytes) -> tuple[int, Any]:
+    """Where the last line of ``data`` that holds JSON starts, and its value (None: there is
+    none); blank and unreadable lines after it are passed over."""
+    stop = len(data)
+    while stop > 0:
+        start = data.rfind(b"\n", 0, stop - 1) + 1
+        with contextlib.suppress(ValueError):
+            if data[start:stop].strip():
+                return start, json.loads(data[start:stop])
+        stop = start
+    return 0, None
+
+
+class _ReplacedTail(io.BufferedIOBase):
+    """The bytes of a reopened runlog whose end, from offset ``keep`` on, gives way to what is
+    written next. Nothing changes until the first flush, which writes the first ``keep`` bytes
+    of the log and the new ones to a file beside it, syncs it to disk and renames it over the
+    log (``_replace``): a reader or a crash sees the whole old log or the whole new one, never
+    a mix. Later writes append to the new log."""
+
+    def __init__(self, path: Path, keep: int) -> None:
+        super().__init__()
+        self._path, self._keep = path, keep
+        self._pending = bytearray()
+        self._out: io.BufferedWriter | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self._path)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if self._out is not None:
+            return self._out.write(data)
+        self._pending += data
+        return len(data)
+
+    def flush(self) -> None:
+        if self._out is not None:
+            self._out.flush()
+        elif self._pending:
+            self._out = _replace(self._path, self._keep, bytes(self._pending))
+            self._pending.clear()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.flush()
+        finally:
+            out, self._out = self._out, None
+            if out is not None:
+                out.close()
+            super().close()
+
+
+def _replace(path: Path, keep: int, tail: bytes) -> io.BufferedWriter:
+    """Replace the file at ``path`` with its first ``keep`` bytes followed by ``tail``,
+    atomically (a new file beside it, fsync, rename over, fsync of the folder); the new file is
+    returned open for appending."""
+    new = path.with_name(f".{path.name}.new")  # a leftover of a killed attempt is overwritten
+    with path.open("rb") as source, new.open("wb") as target:
+        left = keep
+        while left > 0 and (chunk := source.read(min(left, 1 << 20))):
+            target.write(chunk)
+            left -= len(chunk)
+        if left:
+            raise OSError(f"{path} is shorter than when it was reopened")
+        target.write(tail)
+        target.flush()
+        os.fsync(target.fileno())
+    new.replace(path)
+    with contextlib.suppress(OSError):  # the rename made durable, where the system allows it
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    return path.open("ab")
 
 
 class MemoryRunLog(_Envelope):

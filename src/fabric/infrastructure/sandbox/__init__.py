@@ -7,24 +7,30 @@ from pathlib import Path
 
 from fabric.config.schema import SandboxSettings
 
+from .host_code import HostCode, host_code
 from .probe import INSTALL_HINT, HostReport, backend_for, host_report
 from .runner import Backend, SandboxedCommands
 
 
 def command_runner(
-    sandbox: SandboxSettings, workspace: Path, protected: tuple[Path, ...] = ()
+    sandbox: SandboxSettings,
+    workspace: Path,
+    protected: tuple[Path, ...] = (),
+    read_only: tuple[Path, ...] = (),
 ) -> SandboxedCommands:
     """The runner for one run's commands; SandboxError when the pack's confinement cannot be
-    had on this machine."""
-    return SandboxedCommands(backend_for(sandbox), sandbox, workspace, protected)
+    had on this machine (or cannot keep the ``read_only`` host code read-only)."""
+    return SandboxedCommands(backend_for(sandbox), sandbox, workspace, protected, read_only)
 
 
 __all__ = [
     "INSTALL_HINT",
     "Backend",
+    "HostCode",
     "HostReport",
     "SandboxedCommands",
     "backend_for",
     "command_runner",
+    "host_code",
     "host_report",
 ]

@@ -2,6 +2,18 @@
 itself): become a child subreaper, fork the command, confine the child (no_new_privs, Landlock,
 no capabilities, seccomp) and exec it; then wait, and kill whatever the command left behind.
 
+With ``private_mounts`` in the spec (the Landlock backend where namespaces can be had), the
+launcher first takes a user namespace that maps the user to itself (when not root: it gives
+the rights to make the others), and a pid namespace for its child. That child is pid 1 there:
+it takes a mount namespace (the host read-only, the writable places bound back, a fresh /proc
+that lists only the namespace's processes), forks the command, reaps every process of the
+namespace, and exits with the command's status; the kernel then kills whatever is left in it.
+
+    launcher (subreaper; user ns)  ->  pid 1 (mount ns, /proc)  ->  command (Landlock, seccomp)
+
+The launcher stays in the host's mount namespace, so it still sees every process under it in
+the host's /proc (with host pids) when it has to kill them.
+
 Standard library only, like ``launcher.py``, which imports it by path. fabric's own process
 imports it too, for ``landlock_abi``.
 """
@@ -19,10 +31,17 @@ from typing import Any, NoReturn
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 _PR_CAPBSET_DROP, _PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS = 24, 22, 38
 _PR_SET_CHILD_SUBREAPER, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
+_PR_SET_PDEATHSIG = 1
 _SECCOMP_MODE_FILTER = 2
 _O_PATH = 0o10000000
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
-_CLONE_NEWNS, _MS_RDONLY, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20000, 1, 4096, 1 << 14, 1 << 18
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID = 0x20000, 0x10000000, 0x20000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 1 << 14, 1 << 18
+_ENOENT, _ENOTDIR = 2, 20
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+"""Kernel settings under /proc that root could write even without capabilities (as bwrap)."""
+_STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 # Landlock access rights (linux/landlock.h) and the ABI that introduced the later ones.
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1, 2, 4, 8
@@ -152,33 +171,73 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
+def new_pid_namespace() -> None:
+    """A pid namespace for this process's children; when not root, inside a user namespace
+    that maps the user (and group) to itself (so files keep their owners and the command runs
+    as the same user; after exec it has no capabilities in it)."""
+    if os.geteuid() != 0:
+        uid, gid = os.geteuid(), os.getegid()
+        _check(_libc.unshare(_CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+        _write("/proc/self/setgroups", "deny")  # required before gid_map without privileges
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror}")
+
+
 def private_mounts(plan: dict[str, list[str]]) -> None:
-    """In a mount namespace of its own (root only): the whole tree read-only, the ``writable``
-    folders bound read-write again, a private /dev/shm, and the ``hidden`` places inside
-    them covered. Landlock alone governs neither metadata (chmod, chown, timestamps) nor
-    /dev/shm, nor can it take a subfolder back from a writable folder; read-only mounts can."""
+    """In a mount namespace of its own: the whole tree read-only, the ``writable`` folders
+    bound read-write again, the ``pinned`` folders inside them bound onto themselves (a mount
+    point cannot be renamed away), the ``readonly`` files and folders bound read-only, a
+    private /dev/shm, and the ``hidden`` places covered. Landlock alone governs neither
+    metadata (chmod, chown, timestamps) nor /dev/shm, nor can it take a subfolder back from a
+    writable folder; read-only mounts can. A path that vanished since fabric listed it is
+    skipped (it has nothing left to protect)."""
     _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _setattr("/", _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
-    _mount("tmpfs", "/dev/shm", "tmpfs", 0)
+    _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV)
     for path in plan["writable"]:
         _mount(path, path, None, _MS_BIND | _MS_REC)
         _setattr(path, _MountAttr(0, _MOUNT_ATTR_RDONLY, 0, 0))
-    for path in plan["hidden"]:
-        if os.path.isdir(path):
-            _mount("tmpfs", path, "tmpfs", _MS_RDONLY)
-        elif os.path.exists(path):
-            _mount("/dev/null", path, None, _MS_BIND)
-            _setattr(path, _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
+    for path in plan.get("pinned", []):
+        _bind(path, read_only=False)
+    for path in plan.get("readonly", []):
+        _bind(path)
+    for path in plan["hidden"]:  # a folder gets an empty tmpfs, anything else /dev/null
+        if not _mount("tmpfs", path, "tmpfs", _MS_RDONLY, missing_ok=True):
+            _bind(path, source="/dev/null")
     os.chdir(os.getcwd())  # the working folder still pointed into the mount now covered
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int) -> None:
+def _bind(path: str, *, source: str | None = None, read_only: bool = True) -> None:
+    """Bind ``source`` (default: the path itself) onto ``path``, read-only with everything
+    beneath unless told otherwise; nothing when ``path`` is gone."""
+    done = _mount(source or path, path, None, _MS_BIND | _MS_REC, missing_ok=True)
+    if done and read_only:
+        _setattr(path, _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0))
+
+
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, *, missing_ok: bool = False
+) -> bool:
+    """mount(2); False (with ``missing_ok``) when the target or source does not exist."""
+
     def raw(text: str | None) -> bytes | None:
         return text.encode() if text is not None else None
 
     result = _libc.mount(raw(source), raw(target), raw(fstype), ctypes.c_ulong(flags), None)
+    if result < 0 and missing_ok and ctypes.get_errno() in (_ENOENT, _ENOTDIR):
+        return False
     _check(result, f"mount({source}, {target})")
+    return True
 
 
 def _setattr(path: str, attr: _MountAttr) -> None:
@@ -191,6 +250,14 @@ def _setattr(path: str, attr: _MountAttr) -> None:
         ctypes.c_size_t(ctypes.sizeof(attr)),
     )
     _check(result, f"mount_setattr({path})")
+
+
+def mount_proc() -> None:
+    """For pid 1 of a new pid namespace: a /proc of that namespace over the host's, with the
+    kernel's settings read-only (``_PROC_READ_ONLY``), as bubblewrap does."""
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    for name in _PROC_READ_ONLY:
+        _bind(f"/proc/{name}")
 
 
 def drop_capabilities() -> None:
@@ -283,37 +350,62 @@ def supervise(spec: dict[str, Any], on_failure: Callable[[str], NoReturn]) -> No
         kill_everything()
         os._exit(128 + signum)
 
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for signum in _STOP:
         signal.signal(signum, stop)
-    program = bytes.fromhex(spec["seccomp"]) if spec.get("seccomp") else None
+    if spec.get("private_mounts"):
+        new_pid_namespace()
     child = os.fork()
     if child == 0:
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for signum in _STOP:
             signal.signal(signum, signal.SIG_DFL)
         if spec.get("private_mounts"):
-            private_mounts(spec["private_mounts"])
-        if spec.get("landlock"):
-            apply_landlock(spec["landlock"])
-        if spec.get("drop_caps"):
-            drop_capabilities()
-        if program:
-            install_seccomp(program)
-        argv = spec["argv"]
-        try:
-            os.execv(argv[0], argv)
-        except OSError as exc:
-            sys.stderr.write(f"cannot start {argv[0]}: {exc.strerror}\n")
-            os._exit(127)
-    status = 0
+            _init(spec)
+        _confine_and_exec(spec)
+    status = _wait_for(child)
+    kill_everything()
+    os._exit(status)
+
+
+def _init(spec: dict[str, Any]) -> NoReturn:
+    """Pid 1 of the command's pid namespace: private mounts and a fresh /proc, then the
+    command; reap every process re-parented here, and exit with the command's status when it
+    ends (the kernel then kills the rest of the namespace). Signals from inside the namespace
+    cannot reach it: pid 1 gets only those it has a handler for, and it has none. Should the
+    launcher die (SIGKILL), the kernel kills pid 1, and with it the whole namespace."""
+    _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    private_mounts(spec["private_mounts"])
+    mount_proc()
+    command = os.fork()
+    if command == 0:
+        _confine_and_exec(spec)
+    os._exit(_wait_for(command))
+
+
+def _confine_and_exec(spec: dict[str, Any]) -> NoReturn:
+    if spec.get("landlock"):
+        apply_landlock(spec["landlock"])
+    if spec.get("drop_caps"):
+        drop_capabilities()
+    if spec.get("seccomp"):
+        install_seccomp(bytes.fromhex(spec["seccomp"]))
+    argv = spec["argv"]
+    try:
+        os.execv(argv[0], argv)
+    except OSError as exc:
+        sys.stderr.write(f"cannot start {argv[0]}: {exc.strerror}\n")
+        os._exit(127)
+
+
+def _wait_for(child: int) -> int:
+    """Reap children (orphans are re-parented to us) until ``child`` ends; its exit status,
+    128 + the signal number when a signal killed it."""
     while True:
         try:
             pid, wait_status = os.waitpid(-1, 0)
         except ChildProcessError:
-            break
+            return 0
         except InterruptedError:
             continue
         if pid == child:
             status = os.waitstatus_to_exitcode(wait_status)
-            kill_everything()
-            break
-    os._exit(status if status >= 0 else 128 - status)
+            return status if status >= 0 else 128 - status

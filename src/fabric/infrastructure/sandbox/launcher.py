@@ -5,12 +5,17 @@ a few milliseconds and imports nothing from the workspace). SPEC is a dict in ``
 format, hex-encoded (``marshal`` is built in; ``json`` alone would add 10 ms to every command).
 The launcher
 
-1. joins the command's cgroups (so every process the command starts is counted and can be
+1. dies with fabric: the kernel sends it a signal when fabric's process ends, however it ends
+   (``PR_SET_PDEATHSIG``; SIGKILL of fabric included). Bubblewrap keeps that (and arms its
+   own, ``--die-with-parent``); its pid namespace takes every process of the command with it.
+   The supervisor below gets SIGTERM and kills everything under it. Should fabric already be
+   gone when the launcher starts (its parent is then another process), it starts nothing;
+2. joins the command's cgroups (so every process the command starts is counted and can be
    killed as one) and sets the resource limits (CPU time, address space, file size, open
    files, processes, no core dumps);
-2. with bubblewrap: puts the seccomp filter in a memory file and becomes ``bwrap`` (exec), which
+3. with bubblewrap: puts the seccomp filter in a memory file and becomes ``bwrap`` (exec), which
    builds the namespaces, drops every capability and installs the filter (``--seccomp FD``);
-3. otherwise: becomes a child subreaper, forks, and in the child sets no_new_privs, applies
+4. otherwise: becomes a child subreaper, forks, and in the child sets no_new_privs, applies
    Landlock (Landlock backend), drops every capability, installs the seccomp filter and execs
    the command. The launcher waits; when the command ends, or when fabric asks it to stop
    (SIGTERM), it kills every process left under it (orphans are re-parented to it) and exits
@@ -34,6 +39,7 @@ if TYPE_CHECKING:
 
 LAUNCH_FAILED = 125
 PREFIX = "fabric-sandbox:"
+_PR_SET_PDEATHSIG, _SIGKILL, _SIGTERM = 1, 9, 15  # signal imports enum: 0.5 ms
 
 _RLIMITS = {
     "cpu_seconds": resource.RLIMIT_CPU,
@@ -49,6 +55,19 @@ def fail(message: str) -> NoReturn:
     sys.stderr.write(f"{PREFIX} {message}\n")
     sys.stderr.flush()
     os._exit(LAUNCH_FAILED)
+
+
+def die_with_parent(parent: int, signum: int) -> None:
+    """Have the kernel send ``signum`` when the parent (fabric, pid ``parent``) exits; the
+    check afterwards closes the gap where fabric died before this was asked for. ctypes (a few
+    milliseconds to import) is the only way to reach prctl from the standard library."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        fail(f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}")
+    if os.getppid() != parent:
+        fail(f"fabric (pid {parent}) exited before the command started")
 
 
 def join_cgroups(procs_files: list[str]) -> None:
@@ -85,11 +104,13 @@ def main() -> NoReturn:
     if len(sys.argv) != 2:
         fail("usage: launcher.py SPEC (hex of a marshalled dict)")
     spec = marshal.loads(bytes.fromhex(sys.argv[1]))  # noqa: S302 (written by fabric itself)
+    if spec.get("parent"):  # bwrap: its pid namespace goes too; the supervisor cleans up
+        die_with_parent(spec["parent"], _SIGKILL if spec["mode"] == "bwrap" else _SIGTERM)
     join_cgroups(spec.get("cgroups", []))
     set_limits(spec.get("limits", {}))
     if spec["mode"] == "bwrap":
         exec_bwrap(spec)
-    # ctypes and signal: only the Landlock and none backends need them (confine.py, beside us)
+    # confine.py, beside us: only the Landlock and none backends need it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     importlib.import_module("confine").supervise(spec, fail)
     fail("the command's supervisor returned")

@@ -47,6 +47,11 @@ class HostReport:
     seccomp: bool
     cgroup: str | None
     root: bool
+    landlock_namespaces: bool = False
+    """Whether Landlock commands get namespaces of their own (mount and pid; a user namespace
+    when not root), hence private mounts and a /proc without host processes. Root gets them or
+    no Landlock at all; without root, where the kernel refuses user namespaces, Landlock runs
+    alone (ADR 0012 lists what that leaves open)."""
 
     def backend(self, choice: str) -> Backend:
         """The backend for a pack's ``sandbox.confinement``; SandboxError when that cannot
@@ -62,7 +67,9 @@ class HostReport:
                 if choice == "auto"
                 else "chosen in config"
             )
-            return Backend("landlock", why, landlock_abi=self.landlock_abi)
+            return Backend(
+                "landlock", why, landlock_abi=self.landlock_abi, namespaces=self.landlock_namespaces
+            )
         problems = []
         if choice in ("auto", "bwrap"):
             problems.append(f"bubblewrap: {self.bwrap_error}")
@@ -81,7 +88,8 @@ _SETTINGS = (
     "/proc/sys/kernel/unprivileged_userns_clone",
     "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
 )
-"""Kernel settings that decide whether bubblewrap may create namespaces."""
+"""Kernel settings that decide whether bubblewrap (and Landlock without root) may create
+namespaces."""
 
 
 _memo: list[HostReport] = []
@@ -118,13 +126,13 @@ def _probe(bwrap: str | None, abi: int) -> HostReport:
         else:
             version = _output([bwrap, "--version"]).strip() or None
             bwrap_error = _try(Backend("bwrap", "probe", bwrap=bwrap), workspace)
-        landlock_error = None
+        landlock_error, namespaces = None, False
         if not abi:
             landlock_error = "this kernel has no Landlock (Linux 5.13+ with the LSM enabled)"
         elif not seccomp.supported():
             landlock_error = "no seccomp filter for this CPU architecture"
         else:
-            landlock_error = _try(Backend("landlock", "probe", landlock_abi=abi), workspace)
+            landlock_error, namespaces = _try_landlock(abi, workspace)
     return HostReport(
         bwrap=bwrap,
         bwrap_version=version,
@@ -134,11 +142,21 @@ def _probe(bwrap: str | None, abi: int) -> HostReport:
         seccomp=seccomp.supported(),
         cgroup=cgroup.describe(),
         root=os.geteuid() == 0,
+        landlock_namespaces=namespaces,
     )
 
 
+def _try_landlock(abi: int, workspace: Path) -> tuple[str | None, bool]:
+    """(what went wrong, whether with namespaces): with namespaces first; without them only
+    when not root (root without a mount namespace could change any root-owned file's mode)."""
+    error = _try(Backend("landlock", "probe", landlock_abi=abi, namespaces=True), workspace)
+    if error is None or os.geteuid() == 0:
+        return error, error is None
+    return _try(Backend("landlock", "probe", landlock_abi=abi), workspace), False
+
+
 def _fingerprint(bwrap: str | None, abi: int) -> str:
-    parts = [fabric.__version__, platform.release(), platform.machine()]
+    parts = [fabric.__version__, "probe 2", platform.release(), platform.machine()]
     parts += [str(os.geteuid()), str(abi)]
     if bwrap is not None:
         with contextlib.suppress(OSError):

@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .host_code import pins
+
 SECRET_HOME_ENTRIES = (
     ".ssh",
     ".gnupg",
@@ -62,6 +64,7 @@ def bwrap_args(
     network: bool,
     command: Sequence[str],
     programs: Sequence[str] = (),
+    read_only: Sequence[Path] = (),
     seccomp_fd: str = "{seccomp_fd}",
 ) -> list[str]:
     """The bubblewrap command line: read-only host, private /tmp, /run, /var/tmp and
@@ -69,7 +72,9 @@ def bwrap_args(
     network's too unless allowed), no capabilities, the seccomp filter, and death with fabric.
 
     ``programs`` (the command's executable and its PATH folders) stay visible, read-only,
-    where they lie in one of the private folders: a virtual environment under /tmp, say."""
+    where they lie in one of the private folders: a virtual environment under /tmp, say.
+    ``read_only`` paths inside the workspace (host code, see ``host_code.py``) are bound
+    read-only, and the folders between them and the workspace onto themselves (pinned)."""
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for name in _PROC_READ_ONLY:
         if Path("/proc", name).exists():
@@ -80,6 +85,10 @@ def bwrap_args(
     for folder in _exposed(programs, workspace):
         args += ["--ro-bind", folder, folder]
     args += ["--bind", str(workspace), str(workspace)]
+    for pinned in pins(read_only, workspace):
+        args += ["--bind", str(pinned), str(pinned)]
+    for path in read_only:
+        args += ["--ro-bind", str(path), str(path)]
     for path in hidden:
         args += _cover(path)
     args += ["--chdir", str(workspace), "--unshare-all"]

@@ -18,7 +18,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -28,6 +28,7 @@ from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError
 
 from . import cgroup, seccomp
+from .host_code import pins
 from .launcher import LAUNCH_FAILED, PREFIX
 from .profile import bwrap_args, hidden_paths, landlock_rules
 
@@ -49,12 +50,16 @@ class Backend:
     reason: str
     bwrap: str | None = None
     landlock_abi: int | None = None
+    namespaces: bool = False
+    """Landlock: the probe found that commands can get namespaces of their own (root, or a
+    user namespace where the kernel lets users make one)."""
 
     @property
     def private_mounts(self) -> bool:
-        """Landlock run by root: the command also gets a mount namespace of its own with the
-        host read-only (Landlock governs neither metadata nor /dev/shm)."""
-        return self.name == "landlock" and os.geteuid() == 0
+        """Landlock with namespaces: the command also gets mount and pid namespaces of its own
+        with the host read-only and a fresh /proc (Landlock governs neither metadata,
+        /dev/shm nor which processes /proc lists)."""
+        return self.name == "landlock" and self.namespaces
 
 
 @cache
@@ -88,14 +93,17 @@ def launch_argv(
     command: Sequence[str],
     cgroups: Sequence[str],
     search_path: str = "",
+    read_only: Sequence[Path] = (),
 ) -> list[str]:
     """The launcher's command line for ``command`` under ``backend`` (``search_path``: the
-    command's PATH, whose folders must stay visible)."""
+    command's PATH, whose folders must stay visible; ``read_only``: host code inside the
+    workspace)."""
     spec: dict[str, Any] = {
         "mode": backend.name,
         "limits": rlimits(sandbox),
         "cgroups": list(cgroups),
         "drop_caps": backend.name != "none",
+        "parent": os.getpid(),  # the launcher dies with fabric (launcher.py)
     }
     if backend.name != "none" and seccomp.supported():
         spec["seccomp"] = _filter(sandbox.network)
@@ -108,6 +116,7 @@ def launch_argv(
             network=sandbox.network,
             command=command,
             programs=[command[0], *search_path.split(os.pathsep)],
+            read_only=read_only,
         )
     else:
         spec["argv"] = list(command)
@@ -119,6 +128,8 @@ def launch_argv(
             inside = [p for p in hidden if p == workspace or workspace in p.parents]
             spec["private_mounts"] = {
                 "writable": [str(workspace), str(temp)],
+                "pinned": [str(p) for p in pins(read_only, workspace)],
+                "readonly": [str(p) for p in read_only],
                 "hidden": [str(p) for p in inside],
             }
     return [sys.executable, "-I", "-S", "-B", LAUNCHER, marshal.dumps(spec).hex()]
@@ -132,11 +143,21 @@ class SandboxedCommands:
     sandbox: SandboxSettings
     workspace: Path
     protected: tuple[Path, ...] = ()
-    _hidden: list[Path] = field(default_factory=list, init=False)
+    """Hidden from commands (with the credential stores in the home folder); looked up again
+    for every command, so a folder created or deleted during the run is handled."""
+    read_only: tuple[Path, ...] = ()
+    """Host code inside the workspace, as found when the run started (``host_code.py``)."""
 
     def __post_init__(self) -> None:
         self.workspace = self.workspace.resolve()
-        self._hidden = hidden_paths(self.protected)
+        if self.read_only and self.backend.name == "landlock" and not self.backend.private_mounts:
+            raise SandboxError(
+                "this machine's Landlock confinement cannot keep files inside the workspace "
+                f"read-only, and {self.workspace} holds code fabric or your tools run later "
+                f"({', '.join(p.name for p in self.read_only[:3])}, ...)",
+                hint="install bubblewrap (apt-get install bubblewrap), or use a --workspace "
+                "that holds no fabric.yaml, pack code, virtualenv or .git",
+            )
 
     @property
     def confinement(self) -> Mapping[str, Any]:
@@ -163,11 +184,12 @@ class SandboxedCommands:
                 self.backend,
                 self.sandbox,
                 workspace=self.workspace,
-                hidden=self._hidden,
+                hidden=hidden_paths(self.protected),
                 temp=temp,
                 command=argv,
                 cgroups=group.procs_files if group else [],
                 search_path=env.get("PATH", ""),
+                read_only=[p for p in self.read_only if os.path.lexists(p)],
             )
             child_env = dict(env)
             if self.backend.name != "bwrap":

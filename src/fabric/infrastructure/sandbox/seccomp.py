@@ -6,19 +6,28 @@ enough to read in full:
 
 - a foreign architecture is killed: on x86-64 this is the 32-bit ``int 0x80`` path (its calls
   arrive as i386 and would slip past a table of 64-bit numbers), and the x32 ABI;
-- calls that reach into the kernel or other processes are refused with EPERM: ptrace and
-  process memory access, every mount call, namespace creation (``unshare``, ``setns``, clone
-  with a namespace flag; ``clone3`` answers ENOSYS so the C library falls back to ``clone``),
-  io_uring, BPF, perf, userfaultfd, keyrings, modules, kexec, reboot, swap, quotas, syslog,
-  file handles, and the terminal-injection ioctls;
+- calls that reach into the kernel or other processes are refused with EPERM: ptrace,
+  process memory access, taking another process's file descriptors (``pidfd_getfd``), every
+  mount call, namespace creation (``unshare``, ``setns``, clone with a namespace flag;
+  ``clone3`` answers ENOSYS so the C library falls back to ``clone``), io_uring, BPF, perf,
+  userfaultfd, keyrings, modules, kexec, reboot, swap, quotas, syslog, file handles, and the
+  terminal-injection ioctls;
 - calls that change another process's limits, CPU affinity or priority work only on the
   caller itself;
-- with the network off, sockets other than unix sockets are refused (EAFNOSUPPORT), and so are
-  unix datagram sockets and ``connect`` (EACCES): a host service listening on a unix socket
-  somewhere the sandbox can see stays out of reach. ``socketpair`` and listening sockets
-  work (pipes between a command's own processes).
+- sockets: with the network off only unix sockets, with it on IPv4 and IPv6 too; every other
+  family (netlink, packet, vsock, ...) is refused (EAFNOSUPPORT);
+- no unix socket outside the sandbox can be reached, with the network off or on. A read-only
+  mount does not stop ``connect`` or ``sendto`` to a socket file, and the filter cannot read
+  an address behind a pointer (``connect``, ``sendto``, ``msg_name`` inside ``sendmsg``), so
+  the command never holds a unix socket that could be pointed at one (EACCES): no datagram
+  socket (``SOCK_DGRAM``, or ``SOCK_RAW``, which the kernel turns into one), from ``socket``
+  or from ``socketpair`` (a datagram pair still sends wherever it is told). Stream and
+  seqpacket pairs work: they are connected already, ``connect`` on them fails, and the kernel
+  refuses or ignores a destination on them. With the network off, unconnected stream and
+  seqpacket unix sockets may be made (to listen on) but ``connect`` is refused; with it on,
+  TCP needs ``connect``, so ``socket`` refuses unix sockets altogether.
 
-Written by hand rather than with libseccomp: the program is a few dozen instructions, and this
+Written by hand rather than with libseccomp: the program is about ninety instructions, and this
 keeps the launcher free of native dependencies (ADR 0012).
 """
 
@@ -42,13 +51,14 @@ _ALLOW = 0x7FFF0000
 _EPERM, _EACCES, _ENOSYS, _EAFNOSUPPORT = 1, 13, 38, 97
 
 _X32_BIT = 0x40000000
-_AF_UNIX = 1
-_SOCK_DGRAM, _SOCK_TYPE_MASK = 2, 0xF
+_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
+_SOCK_STREAM, _SOCK_SEQPACKET, _SOCK_TYPE_MASK = 1, 5, 0xF  # flags sit above the mask
 _NAMESPACE_FLAGS = 0x7E020080  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET,TIME}
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 
 _DENIED = [
-    *("ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns", "chroot"),
+    *("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd"),
+    *("unshare", "setns", "chroot"),
     *("mount", "umount2", "pivot_root", "move_mount", "open_tree", "mount_setattr"),
     *("fsopen", "fsconfig", "fsmount", "fspick"),
     *("io_uring_setup", "io_uring_enter", "io_uring_register"),
@@ -89,7 +99,8 @@ swapon 167 224          swapoff 168 225            acct 163 89
 quotactl 179 60         open_by_handle_at 304 265  name_to_handle_at 303 264
 syslog 103 116          lookup_dcookie 212 18      chroot 161 51
 clone 56 220            clone3 435 435             socket 41 198
-connect 42 203          ioctl 16 29                prlimit64 302 261
+connect 42 203          socketpair 53 199          pidfd_getfd 438 438
+ioctl 16 29             prlimit64 302 261
 setpriority 141 140     sched_setaffinity 203 122  sched_setscheduler 144 119
 sched_setparam 142 118  sched_setattr 314 274      ioprio_set 251 30
 """
@@ -148,8 +159,9 @@ def build_filter(*, network: bool, machine: str | None = None) -> bytes:
     jump(_JEQ, nr["ioctl"], "ioctl")
     for name, arg, user in _SELF_ONLY:
         jump(_JEQ, nr[name], f"self{arg}-{user}")
+    jump(_JEQ, nr["socket"], "socket")
+    jump(_JEQ, nr["socketpair"], "socketpair")
     if not network:
-        jump(_JEQ, nr["socket"], "socket")
         jump(_JEQ, nr["connect"], "eacces")
     ret(_ALLOW)
     labels["clone"] = len(code)
@@ -169,16 +181,22 @@ def build_filter(*, network: bool, machine: str | None = None) -> bytes:
         load(_ARGS + 8 * arg)  # a process id: 0 (the caller itself) or refused
         jump(_JEQ, 0, 0, "eperm")
         ret(_ALLOW)
-    if not network:
-        labels["socket"] = len(code)
+    labels["socket"] = len(code)
+    if network:
         load(_ARGS)  # the address family
-        jump(_JEQ, _AF_UNIX, 0, "eafnosupport")
-        load(_ARGS + 8)  # the type, with SOCK_NONBLOCK / SOCK_CLOEXEC in the high bits
-        code.append((_ALU_AND_K, 0, 0, _SOCK_TYPE_MASK))
-        jump(_JEQ, _SOCK_DGRAM, "eacces")  # datagrams reach a host socket without connect
-        ret(_ALLOW)
-        ret(_ERRNO | _EAFNOSUPPORT, "eafnosupport")
-        ret(_ERRNO | _EACCES, "eacces")
+        jump(_JEQ, _AF_INET, "allow")
+        jump(_JEQ, _AF_INET6, "allow")
+        jump(_JEQ, _AF_UNIX, "eacces", "eafnosupport")  # connect is allowed: no unix socket
+    labels["socketpair"] = len(code)  # and socket with the network off: unix only
+    load(_ARGS)
+    jump(_JEQ, _AF_UNIX, 0, "eafnosupport")
+    load(_ARGS + 8)  # the type, with SOCK_NONBLOCK / SOCK_CLOEXEC in the high bits
+    code.append((_ALU_AND_K, 0, 0, _SOCK_TYPE_MASK))
+    jump(_JEQ, _SOCK_STREAM, "allow")
+    jump(_JEQ, _SOCK_SEQPACKET, "allow", "eacces")  # datagrams take any destination
+    ret(_ALLOW, "allow")
+    ret(_ERRNO | _EAFNOSUPPORT, "eafnosupport")
+    ret(_ERRNO | _EACCES, "eacces")
     ret(_ERRNO | _EPERM, "eperm")
     ret(_ERRNO | _ENOSYS, "enosys")
     ret(_KILL_PROCESS, "kill")

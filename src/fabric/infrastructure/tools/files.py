@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import fnmatch
 import os
+import stat
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING
+from pathlib import PurePosixPath
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     import regex
@@ -17,7 +19,7 @@ from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
 
 from .function_tool import runs_inline
-from .workspace import check_unprotected, display, resolve_in_workspace
+from .workspace import Opened, Workspace
 
 _SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", ".mypy_cache", ".tox"}
 _COUNT_LINES_UP_TO = 5_000_000
@@ -27,11 +29,18 @@ _MAX_SEARCH_FILE_BYTES = 2_000_000
 _SEARCH_SECONDS = 10
 _INLINE_READ_BYTES = 1_000_000
 _MAX_LINE = 400
+_MAX_DEPTH = 100
+"""Folders deeper than this in the workspace are not listed or searched."""
+_SUBFOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _is_binary(path: Path) -> bool:
-    with path.open("rb") as fh:
-        return b"\x00" in fh.read(8192)
+def _is_binary(fd: int) -> bool:
+    return b"\x00" in os.pread(fd, 8192, 0)
+
+
+def _text(fd: int) -> IO[str]:
+    """The open file ``fd`` as text, from its start; closing it leaves ``fd`` open."""
+    return open(fd, encoding="utf-8", errors="replace", closefd=False)
 
 
 async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines: int = 400) -> str:
@@ -42,27 +51,33 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines:
         start_line: First line to return (1-based).
         max_lines: How many lines to return at most.
     """
-    target = resolve_in_workspace(ctx.workspace, path)
-    check_unprotected(target, ctx.protected)
-    if not target.is_file():
-        raise ToolError(f"{path!r} is not a file", hint="use list_files to see what exists")
-    if target.stat().st_size <= _INLINE_READ_BYTES:  # quick: no worker thread needed
-        return _read_window(target, path, start_line, max_lines)
-    return await asyncio.to_thread(_read_window, target, path, start_line, max_lines)
+    try:
+        with Workspace(ctx) as ws, ws.open(path) as file:
+            if not stat.S_ISREG(file.info.st_mode):
+                raise ToolError(f"{path!r} is not a file", hint="use list_files to see what exists")
+            if file.info.st_size <= _INLINE_READ_BYTES:  # quick: no worker thread needed
+                return _read_window(file, path, start_line, max_lines)
+            return await asyncio.to_thread(_read_window, file, path, start_line, max_lines)
+    except OSError as exc:  # it could not be opened
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ToolError(
+                f"{path!r} is not a file", hint="use list_files to see what exists"
+            ) from None
+        raise ToolError(f"cannot read {path!r}: {exc.strerror or exc}") from None
 
 
-def _read_window(target: Path, path: str, start_line: int, max_lines: int) -> str:
+def _read_window(file: Opened, path: str, start_line: int, max_lines: int) -> str:
     first, count = max(start_line, 1), max(max_lines, 1)
-    large = target.stat().st_size > _COUNT_LINES_UP_TO
+    large = file.info.st_size > _COUNT_LINES_UP_TO
     chosen: list[str] = []
     chars = total = cut = 0
     more = False
     try:
-        if _is_binary(target):
+        if _is_binary(file.fd):
             raise ToolError(f"{path!r} looks binary; read_file only reads text")
         # Lines as search_files numbers them (\n, \r\n or \r), read one at a time so a big
         # file costs only the window asked for.
-        with target.open(encoding="utf-8", errors="replace") as fh:
+        with _text(file.fd) as fh:
             for total, line in enumerate(fh, 1):
                 if total < first:
                     continue
@@ -108,26 +123,17 @@ def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) 
         content: The full text to write (or to add at the end, with append).
         append: Add to the end of the file instead of replacing it.
     """
-    target = resolve_in_workspace(ctx.workspace, path)
-    check_unprotected(target, ctx.protected)
-    if ".git" in Path(display(ctx.workspace, target)).parts:
-        raise SandboxError(
-            f"{path!r} is inside .git/, which tools may not change (a hook or config written "
-            "there would run later, outside the sandbox)",
-            hint="change the repository with git commands through shell",
-        )
-    if target.is_dir():
-        raise ToolError(f"{path!r} is a directory", hint="give a file path")
-    if target.exists() and not target.is_file():  # a FIFO or device would block or worse
-        raise ToolError(f"{path!r} is not a regular file", hint="write to a normal file")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with target.open("a" if append else "w", encoding="utf-8") as fh:
+        with (
+            Workspace(ctx) as ws,
+            ws.open_for_writing(path, append=append) as file,
+            open(file.fd, "w", encoding="utf-8", closefd=False) as fh,
+        ):
             fh.write(content)
     except OSError as exc:
         raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
     verb = "appended" if append else "wrote"
-    return f"{verb} {len(content.encode())} bytes to {display(ctx.workspace, target)}"
+    return f"{verb} {len(content.encode())} bytes to {file.rel}"
 
 
 def list_files(
@@ -140,15 +146,18 @@ def list_files(
         recursive: Also list everything below (skips .git, __pycache__, node_modules, venvs).
         max_entries: Stop after this many entries.
     """
-    folder = resolve_in_workspace(ctx.workspace, path)
-    if not folder.is_dir():
-        raise ToolError(f"{path!r} is not a folder", hint="list '.' to see the workspace root")
     entries: list[str] = []
-    for entry in _walk(ctx.workspace, folder, recursive, files_only=False):
-        entries.append(entry)
-        if len(entries) >= max_entries:
-            entries.append(f"[... stopped at {max_entries} entries ...]")
-            break
+    try:
+        with Workspace(ctx) as ws, ws.open(path, folder=True) as folder:
+            for entry in _walk(ws, folder, recursive, files_only=False):
+                entries.append(entry)
+                if len(entries) >= max_entries:
+                    entries.append(f"[... stopped at {max_entries} entries ...]")
+                    break
+    except OSError:  # it could not be opened as a folder (the walk skips what it cannot read)
+        raise ToolError(
+            f"{path!r} is not a folder", hint="list '.' to see the workspace root"
+        ) from None
     return "\n".join(entries) if entries else "(empty)"
 
 
@@ -179,36 +188,31 @@ def search_files(
     except regex_lib.error as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
     deadline = time.monotonic() + _SEARCH_SECONDS
-    start = resolve_in_workspace(ctx.workspace, path)
-    files = [display(ctx.workspace, start)] if start.is_file() else None
     results: list[str] = []
     too_big: list[str] = []
-    for rel in files or _walk(ctx.workspace, start, True, files_only=True):
-        if glob and not fnmatch.fnmatch(Path(rel).name, glob):
-            continue
-        try:
-            target = resolve_in_workspace(ctx.workspace, rel)
-            check_unprotected(target, ctx.protected)
-        except SandboxError:
-            continue  # a symlink that points out of the workspace
-        # Only regular files: opening a FIFO or a device would block or never end.
-        if not target.is_file():
-            continue
-        if target.stat().st_size > _MAX_SEARCH_FILE_BYTES:
-            too_big.append(rel)
-            continue
-        try:
-            if _is_binary(target):
+    with Workspace(ctx) as ws:
+        for rel in _searched(ws, path):
+            if glob and not fnmatch.fnmatch(PurePosixPath(rel).name, glob):
                 continue
-            with target.open(encoding="utf-8", errors="replace") as fh:
-                for number, line in enumerate(fh, 1):
-                    if _matches(matcher, line[:4096], deadline):
-                        results.append(f"{rel}:{number}: {line.rstrip()[:_MAX_LINE]}")
-                        if len(results) >= max_results:
-                            results.append(f"[... stopped at {max_results} matches ...]")
-                            return "\n".join(results)
-        except OSError:
-            continue  # unreadable (permissions, vanished): skip it like a binary file
+            try:
+                with ws.open(rel) as file:
+                    # Only regular files: reading a FIFO or a device would block or never end.
+                    if not stat.S_ISREG(file.info.st_mode):
+                        continue
+                    if file.info.st_size > _MAX_SEARCH_FILE_BYTES:
+                        too_big.append(rel)
+                        continue
+                    if _is_binary(file.fd):
+                        continue
+                    with _text(file.fd) as fh:
+                        for number, line in enumerate(fh, 1):
+                            if _matches(matcher, line[:4096], deadline):
+                                results.append(f"{rel}:{number}: {line.rstrip()[:_MAX_LINE]}")
+                                if len(results) >= max_results:
+                                    results.append(f"[... stopped at {max_results} matches ...]")
+                                    return "\n".join(results)
+            except (SandboxError, OSError):
+                continue  # a symlink out, a protected file, unreadable or gone: skip it
     if not results:
         results.append(f"no matches for {pattern!r}")
     if too_big:
@@ -236,13 +240,50 @@ def _matches(matcher: regex.Pattern[str], line: str, deadline: float) -> bool:
     )
 
 
-def _walk(root: Path, folder: Path, recursive: bool, *, files_only: bool) -> Iterator[str]:
-    """Workspace-relative paths below ``folder``, sorted, never following symlinked folders."""
-    for current, dirs, names in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
-        here = Path(current)
-        if not files_only:
-            yield from (display(root, here / d) + "/" for d in dirs)
-        yield from (display(root, here / n) for n in sorted(names))
-        if not recursive:
-            return
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """A folder, or a symlink to one (listed with '/', as os.walk does; never entered)."""
+    try:
+        return entry.is_dir()
+    except OSError:  # a symlink loop
+        return False
+
+
+def _searched(ws: Workspace, path: str) -> Iterator[str]:
+    """The files search_files looks at: ``path`` itself, or every file below it."""
+    try:
+        with ws.open(path) as start:
+            if stat.S_ISREG(start.info.st_mode):
+                yield start.rel
+            elif stat.S_ISDIR(start.info.st_mode):
+                yield from _walk(ws, start, True, files_only=True)
+    except OSError:
+        return  # nothing there: nothing found
+
+
+def _walk(ws: Workspace, folder: Opened, recursive: bool, *, files_only: bool) -> Iterator[str]:
+    """Workspace-relative paths below the open ``folder``, sorted; each folder is entered by
+    its fd with O_NOFOLLOW, so symlinked folders are listed, never walked into. Protected
+    folders and those that cannot be read are not entered either."""
+    try:
+        with os.scandir(folder.fd) as found:
+            entries = sorted((e.name, _is_dir(e)) for e in found)
+    except OSError:
+        return
+    prefix = "" if folder.rel == "." else f"{folder.rel}/"
+    dirs = [name for name, is_dir in entries if is_dir and name not in _SKIP_DIRS]
+    if not files_only:
+        yield from (f"{prefix}{name}/" for name in dirs)
+    yield from (prefix + name for name, is_dir in entries if not is_dir)
+    if not recursive or prefix.count("/") >= _MAX_DEPTH:
+        return
+    for name in dirs:
+        try:
+            fd = os.open(name, _SUBFOLDER, dir_fd=folder.fd)
+        except OSError:
+            continue  # a symlink (or swapped for one meanwhile), or gone
+        try:
+            if not ws.is_protected(fd):
+                below = Opened(fd, prefix + name, os.fstat(fd))
+                yield from _walk(ws, below, recursive, files_only=files_only)
+        finally:
+            os.close(fd)

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fabric.application.context import ToolContext
-from fabric.config.schema import SECRET_NAME, SandboxSettings
+from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError, ToolError
+from fabric.domain.secrets import looks_secret
 
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HOME", "USER", "LOGNAME")
 
@@ -30,7 +31,7 @@ def scrubbed_env(
     the workspace stand in for an allowed program."""
     env_source = os.environ if source is None else source
     names = [*_BASE_ENV, *sandbox.env_passthrough]
-    env = {n: env_source[n] for n in names if n in env_source and not SECRET_NAME.search(n)}
+    env = {n: env_source[n] for n in names if n in env_source and not looks_secret(n)}
     path = env.get("PATH", os.defpath).split(os.pathsep)
     env["PATH"] = os.pathsep.join(p for p in path if Path(p).is_absolute()) or os.defpath
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -7,6 +7,7 @@ error.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
     from fabric.config.loader import LoadedConfig
     from fabric.domain.models import RunResult
+    from fabric.domain.secrets import Secrets
     from fabric.interfaces.compose import Runner
 
 app = typer.Typer(
@@ -62,6 +64,28 @@ BackendOpt = Annotated[
 ]
 
 
+@app.callback()
+def _before_any_command() -> None:
+    # Whatever a command prints leaves without the environment's secrets; once it has read
+    # the config, without the configured API keys too (``_load``).
+    from fabric.domain.secrets import Secrets
+
+    _redact_output(Secrets.from_env(os.environ))
+
+
+def _redact_output(secrets: Secrets) -> None:
+    """From now on, stdout and stderr (this module's lines, those of the modules it calls,
+    logs) go out through a ``RedactingStream`` with ``secrets``."""
+    from .render import RedactingStream
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, RedactingStream):
+            stream.secrets = secrets
+        else:
+            setattr(sys, name, RedactingStream(stream, secrets))
+
+
 def _fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
     if as_json:
         error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
@@ -73,11 +97,16 @@ def _fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
 def _load(config: Path | None, as_json: bool) -> LoadedConfig:
     from fabric.config.loader import load_config
     from fabric.domain.errors import ConfigError
+    from fabric.domain.secrets import Secrets
 
     try:
-        return load_config(config)
+        loaded = load_config(config)
     except ConfigError as exc:
         _fail(exc, as_json=as_json, code=2)
+    backends = loaded.config.llm.backends.values()
+    names = [n for b in backends for n in getattr(b, "api_key_env", ())]
+    _redact_output(Secrets.from_env(os.environ, names))  # the same as known_secrets(loaded)
+    return loaded
 
 
 @app.command()
@@ -122,8 +151,9 @@ def run(
             as_json=as_json,
             code=2,
         )
-    progress = None if quiet else Progress(sys.stderr, live=sys.stderr.isatty())
     runner = build_runner(loaded, on_status=None if quiet else _status)
+    live = sys.stderr.isatty()
+    progress = None if quiet else Progress(sys.stderr, live=live, secrets=runner.secrets)
     run_id = new_run_id()
 
     started = runner.run(
@@ -366,8 +396,8 @@ def resume(
 
     loaded = _load(config, as_json)
     path, events = _read(run, lambda: loaded.runs_dir, as_json)
-    progress = Progress(sys.stderr, live=sys.stderr.isatty())
     runner = build_runner(loaded, on_status=_status)
+    progress = Progress(sys.stderr, live=sys.stderr.isatty(), secrets=runner.secrets)
 
     started = runner.resume(
         events,

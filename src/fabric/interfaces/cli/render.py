@@ -1,4 +1,5 @@
-"""Turning run events into lines a person reads: live progress and ``fabric show``."""
+"""Turning run events into lines a person reads: live progress and ``fabric show``; and the
+stream every line goes out through, which keeps secrets out of it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, TextIO
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatDelta, RunResult
 from fabric.domain.runlog import check_versions
+from fabric.domain.secrets import Secrets
 
 from .approve import POLICY_KINDS, describe_policy
 
@@ -129,13 +131,57 @@ def _cost(cost: Mapping[str, Any] | None) -> str:
     return f" · ${cost['usd']:.4f}{unknown}"
 
 
+class RedactingStream:
+    """A text stream (stdout, stderr) that writes to ``stream`` without ``secrets``. Each
+    write is redacted on its own: callers write whole lines (a secret split across two writes
+    is the caller's to hold back, as ``Progress.delta`` does). It has no ``buffer``, so
+    nothing (click's echo included) writes around it."""
+
+    def __init__(self, stream: TextIO, secrets: Secrets) -> None:
+        self.stream = stream
+        self.secrets = secrets
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # click tells text streams from binary ones by this
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        self.stream.write(self.secrets.redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return self.stream.closed
+
+    @property
+    def encoding(self) -> str:
+        return self.stream.encoding or "utf-8"
+
+    @property
+    def errors(self) -> str:
+        return self.stream.errors or "strict"
+
+
 class Progress:
     """A runlog observer that prints each step as it happens. With ``live`` (a terminal), the
-    model's reply is also shown while it streams in; otherwise only whole lines are written."""
+    model's reply is also shown while it streams in; otherwise only whole lines are written.
+    A streamed piece that may be the start of one of ``secrets`` waits for the next one."""
 
-    def __init__(self, out: TextIO, *, live: bool = False) -> None:
+    def __init__(self, out: TextIO, *, live: bool = False, secrets: Secrets | None = None) -> None:
         self._out = out
         self._live = live
+        self._secrets = secrets or Secrets()
+        self._held = ""  # streamed text that may begin a secret, not shown yet
         self._pending: dict[str, Mapping[str, Any]] = {}
         self._step = 0
         self._open = False  # a streamed line is on screen, not yet ended
@@ -167,8 +213,11 @@ class Progress:
         if delta.text:
             if not self._open:
                 self._out.write(f"  step {self._step:>2}  model: ")
-                self._open, self._chars = True, 0
-            text = delta.text.replace("\n", " ")[: max(0, 100 - self._chars)]
+                self._open, self._chars, self._held = True, 0, ""
+            text = self._secrets.redact(self._held + delta.text)
+            cut = len(text) - self._secrets.held_back(text)
+            text, self._held = text[:cut], text[cut:]
+            text = text.replace("\n", " ")[: max(0, 100 - self._chars)]
             self._chars += len(text)
             self._out.write(text)
         elif delta.tool_name or delta.arguments:

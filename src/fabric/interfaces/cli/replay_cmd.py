@@ -71,6 +71,7 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
                 protected=runner.protected_paths,
+                read_only=runner.read_only_in(workspace),
                 commands=commands,
             )
         )

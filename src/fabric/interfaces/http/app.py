@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,16 +23,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError, FabricError
-from fabric.domain.tasks import STATUSES
+from fabric.domain.secrets import Secrets
+from fabric.domain.tasks import QUEUED, STATUSES, TaskRecord
 from fabric.infrastructure.runlog.tail import follow_runlog, runlog_snapshot
 from fabric.infrastructure.tasks import SqliteTaskStore
-from fabric.interfaces.compose import build_runner
+from fabric.interfaces.compose import build_runner, known_secrets
 
 from .approvals import ApprovalIn
-from .events import last_event_id, sse_comment, sse_event
+from .events import last_event_id, queued_note, sse_comment, sse_event
 from .executor import LocalExecutor
 from .resume import requeue
-from .security import BearerAuth, BodyLimit, HostCheck
+from .security import BearerAuth, BodyLimit, HostCheck, RedactSecrets
 from .service import NotFound, TaskService
 from .shapes import ResumeIn, TaskIn, error_response, status_of, task_json
 
@@ -42,7 +43,8 @@ log = structlog.get_logger("fabric.http")
 def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     """The ASGI app for one config; nothing runs until the app starts (lifespan)."""
     settings = loaded.config.serve
-    runner = build_runner(loaded)
+    secrets = known_secrets(loaded, token)  # never in a response, a runlog or an artifact
+    runner = build_runner(loaded, secrets=secrets)
     database = (loaded.base_dir / settings.database).resolve()
     store = SqliteTaskStore(database)
     # Tasks' file tools must not read other clients' tasks or rewrite what the server runs.
@@ -51,6 +53,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
         database.with_name(database.name + "-wal"),
         database.with_name(database.name + "-shm"),
         *([Path(loaded.source).resolve()] if Path(loaded.source).is_file() else []),
+        Path(settings.token_file).expanduser().resolve(),  # where `fabric serve` keeps it
     )
     roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
     service = TaskService(
@@ -60,7 +63,10 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         service.executor = LocalExecutor(
-            service.run, limit=settings.concurrency, per_pack=settings.pack_concurrency
+            service.run,
+            limit=settings.concurrency,
+            per_pack=settings.pack_concurrency,
+            share_workspaces=settings.share_workspaces,
         )
         interrupted, requeued = await service.recover()
         log.info("service.started", interrupted=interrupted, requeued=requeued)
@@ -79,6 +85,13 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.service = service
+
+    def shown(record: TaskRecord) -> dict[str, Any]:
+        """The task document: the record, the calls it waits to have approved, and the tasks
+        it waits for because they use its workspace."""
+        return task_json(
+            record, service.approvals.listing(record.id), service.waiting_for(record.id)
+        )
 
     @app.exception_handler(FabricError)
     async def fabric_error(_: Request, exc: FabricError) -> JSONResponse:
@@ -106,7 +119,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     @app.post("/tasks", status_code=202, summary="Submit a task")
     async def submit(body: TaskIn) -> dict[str, Any]:
         record = await service.submit(**body.model_dump())
-        return task_json(record)
+        return shown(record)
 
     @app.get("/tasks", summary="List tasks, newest first")
     async def list_tasks(
@@ -121,15 +134,18 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
             )
         records = await store.query(status=status, pack=pack, limit=limit, before=before)
         nxt = records[-1].id if len(records) == limit else None
-        tasks = [task_json(r, service.approvals.listing(r.id)) for r in records]
-        return {"tasks": tasks, "next": nxt}
+        return {"tasks": [shown(r) for r in records], "next": nxt}
 
     @app.get(
         "/tasks/{task_id}",
         summary="One task: status, steps so far, result, calls waiting for approval",
+        description="While the task is queued, `waiting_for` lists the tasks it waits for "
+        "because they use its workspace (or a folder inside or around it): the running ones, "
+        "then the earlier queued ones. Tasks on one workspace run one at a time, in the order "
+        "they came, unless serve.share_workspaces is set.",
     )
     async def get_task(task_id: str) -> dict[str, Any]:
-        return task_json(await service.get(task_id), service.approvals.listing(task_id))
+        return shown(await service.get(task_id))
 
     @app.post(
         "/tasks/{task_id}/approvals/{call_id}",
@@ -151,7 +167,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
 
     @app.post("/tasks/{task_id}/cancel", status_code=202, summary="Cancel a task")
     async def cancel(task_id: str) -> dict[str, Any]:
-        return task_json(await service.cancel(task_id))
+        return shown(await service.cancel(task_id))
 
     @app.post(
         "/tasks/{task_id}/resume",
@@ -168,7 +184,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     )
     async def resume(task_id: str, body: ResumeIn | None = None) -> dict[str, Any]:
         max_steps = body.max_steps if body is not None else None
-        return task_json(await requeue(service, task_id, max_steps))
+        return shown(await requeue(service, task_id, max_steps))
 
     @app.get(
         "/tasks/{task_id}/runlog",
@@ -178,14 +194,17 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     )
     async def runlog(task_id: str) -> StreamingResponse:
         await service.get(task_id)
+        path = service.runlog_path(task_id)
         try:  # a snapshot: the log of a running task grows while it is sent
-            size, chunks = runlog_snapshot(service.runlog_path(task_id))
+            size, chunks = runlog_snapshot(path)
         except FileNotFoundError:
             raise NotFound(
                 f"task {task_id!r} has no runlog yet: it is queued or its run is starting "
                 "(or it was cancelled before it started)",
                 hint="follow GET /tasks/{id}/events, which waits for the runlog to begin",
             ) from None
+        if secrets:  # its writer redacted it; one written before is redacted as it is sent
+            size, chunks = await asyncio.to_thread(_redacted, path, size, secrets)
         headers = {
             "Content-Length": str(size),
             "Content-Disposition": 'attachment; filename="runlog.jsonl"',
@@ -200,19 +219,24 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     async def events(
         task_id: str, last_event: str | None = Header(None, alias="Last-Event-ID")
     ) -> StreamingResponse:
-        await service.get(task_id)
+        record = await service.get(task_id)
         wake = asyncio.Event()
         service.wakers.setdefault(task_id, set()).add(wake)
 
         async def stream() -> AsyncIterator[bytes]:
             try:
+                if record.status == QUEUED:  # a comment: clients see it, SSE readers skip it
+                    yield sse_comment(queued_note(service.waiting_for(task_id)))
                 async for event in follow_runlog(
                     service.runlog_path(task_id),
                     after=last_event_id(last_event),
                     is_over=lambda: not service.is_live(task_id),
                     wake=wake,
                 ):
-                    yield sse_comment("ping") if event is None else sse_event(event)
+                    if event is None:
+                        yield sse_comment("ping")
+                    else:
+                        yield sse_event(secrets.redact_obj(event))
             finally:
                 waiting = service.wakers.get(task_id, set())
                 waiting.discard(wake)
@@ -263,6 +287,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "Last-Event-ID"],
         )
     app.add_middleware(HostCheck, allowed=hosts)  # checked first
+    app.add_middleware(RedactSecrets, secrets=secrets)  # the guards' refusals too
     app.add_middleware(AccessLog)  # outermost: refused requests are logged too
     return app
 
@@ -297,6 +322,30 @@ class AccessLog:
                 status=status,
                 ms=round((time.perf_counter() - started) * 1000, 1),
             )
+
+
+def _redacted(path: Path, size: int, secrets: Secrets) -> tuple[int, Iterator[bytes]]:
+    """The runlog's first ``size`` bytes redacted line by line, and their length: counted in a
+    first pass over the same open file as the second, so it stays true even if a resume
+    replaces the file meanwhile."""
+    file = path.open("rb")
+
+    def read() -> Iterator[bytes]:
+        file.seek(0)
+        left = size
+        while left > 0 and (data := file.read(min(left, 1 << 20))):
+            left -= len(data)
+            yield data
+
+    def send() -> Iterator[bytes]:
+        with file:
+            yield from secrets.redact_lines(read())
+
+    try:
+        return sum(map(len, secrets.redact_lines(read()))), send()
+    except BaseException:
+        file.close()
+        raise
 
 
 def _version() -> str:

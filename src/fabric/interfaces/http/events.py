@@ -44,6 +44,14 @@ def sse_comment(text: str = "") -> bytes:
     return "".join(f": {line}\n" for line in text.splitlines()).encode() + b"\n"
 
 
+def queued_note(waiting_for: list[str]) -> str:
+    """The comment that opens the event stream of a task that has not started yet."""
+    if not waiting_for:
+        return "queued: the task starts when a slot is free"
+    verb = "uses" if len(waiting_for) == 1 else "use"
+    return f"queued: the task starts after {', '.join(waiting_for)}, which {verb} its workspace"
+
+
 def last_event_id(header: str | None) -> int:
     """The ``after`` value for a ``Last-Event-ID`` header: its seq when the header is a whole
     number >= 0 (ASCII digits, surrounding spaces allowed), else -1 (replay from the start)."""

@@ -19,12 +19,14 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 from fabric.domain.errors import ConfigError
+from fabric.domain.secrets import Secrets
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -148,16 +150,52 @@ class HostCheck:
         await _refuse(scope, send, 400, "host_not_allowed", message, details=details)
 
 
-class _BodyTooLarge(Exception):
-    """Raised from ``receive`` once the body is over the limit."""
+class _BodyRefused(Exception):
+    """Raised from ``receive`` once the body is over a limit."""
+
+
+MAX_JSON_DEPTH = 32
+"""Arrays and objects nested deeper than this are refused before any parser sees them (no
+request of this API nests more than two levels; a parser would recurse on each level)."""
+_JSON_MARKS = re.compile(rb'[\[\]{}"\\]')
+
+
+class _JsonDepth:
+    """How deep arrays and objects nest in a body read chunk by chunk (strings skipped)."""
+
+    def __init__(self) -> None:
+        self.depth, self.deepest, self.in_string, self.escaped = 0, 0, False, False
+
+    def feed(self, chunk: bytes) -> int:
+        """Read the next chunk; return the deepest nesting seen so far."""
+        free = 1 if self.escaped else 0  # the first byte was escaped by the last chunk's "\"
+        for mark in _JSON_MARKS.finditer(chunk):
+            at, byte = mark.start(), chunk[mark.start()]
+            if at < free:
+                continue
+            if self.in_string:
+                if byte == 0x5C:  # a backslash escapes the byte after it
+                    free = at + 2
+                self.in_string = byte != 0x22
+            elif byte == 0x22:
+                self.in_string = True
+            elif byte in b"[{":
+                self.depth += 1
+                self.deepest = max(self.deepest, self.depth)
+            elif byte in b"]}":
+                self.depth -= 1
+        self.escaped = free > len(chunk)
+        return self.deepest
 
 
 class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` with 413; the app never gets more than that."""
+    """Refuse request bodies over ``max_bytes`` with 413, and bodies whose JSON nests deeper
+    than ``max_depth`` with 400; the app never gets more than that."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.max_depth = max_depth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -167,34 +205,41 @@ class BodyLimit:
         if declared and declared[0].strip().isdigit() and int(declared[0]) > self.max_bytes:
             await self._too_large(send)
             return
-        received, too_large, started = 0, False, False
+        received, refused, started = 0, "", False
+        nesting = _JsonDepth()
 
         async def limited_receive() -> Message:
-            nonlocal received, too_large
-            if too_large:
-                raise _BodyTooLarge
+            nonlocal received, refused
+            if refused:
+                raise _BodyRefused
             message = await receive()
             if message["type"] == "http.request":
-                received += len(message.get("body", b""))
+                body = message.get("body", b"")
+                received += len(body)
                 if received > self.max_bytes:
-                    too_large = True
-                    raise _BodyTooLarge
+                    refused = "large"
+                elif nesting.feed(body) > self.max_depth:
+                    refused = "deep"
+                if refused:
+                    raise _BodyRefused
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
-            if too_large and not started:
-                return  # the app's answer to the failed read: ours is the 413 below
+            if refused and not started:
+                return  # the app's answer to the failed read: ours comes below
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, limited_receive, guarded_send)
-        except* _BodyTooLarge:  # also when it comes out of the app's task group
+        except* _BodyRefused:  # also when it comes out of the app's task group
             if started:
-                raise  # too late for a 413: let the server drop the connection
-        if too_large and not started:
+                raise  # too late to answer: let the server drop the connection
+        if refused == "large" and not started:
             await self._too_large(send)
+        elif refused == "deep" and not started:
+            await self._too_deep(send)
 
     async def _too_large(self, send: Send) -> None:
         message = (
@@ -204,6 +249,72 @@ class BodyLimit:
         headers = [(b"connection", b"close")]  # the unread rest must not be taken for a request
         details = {"max_bytes": self.max_bytes}
         await send_error(send, 413, "body_too_large", message, details=details, headers=headers)
+
+    async def _too_deep(self, send: Send) -> None:
+        message = (
+            f"The request body nests arrays or objects more than {self.max_depth} levels deep; "
+            "no request of this API needs that. Send the fields the API documents "
+            "(GET /openapi.json) as flat JSON."
+        )
+        headers = [(b"connection", b"close")]  # the unread rest must not be taken for a request
+        details = {"max_depth": self.max_depth}
+        await send_error(send, 400, "body_too_deep", message, details=details, headers=headers)
+
+
+_TEXT_TYPES = (b"application/json", b"application/x-ndjson", b"text/")
+
+
+class RedactSecrets:
+    """Every whole response body of text or JSON leaves without the service's ``secrets``
+    (its token, the API keys, secret-looking environment values), with its Content-Length
+    set again: task documents, errors (the guards' refusals too, when this one is outside
+    them), model listings. A streamed body (events, the runlog download) is its endpoint's to
+    redact (``Secrets.redact_lines``); it goes through as it is."""
+
+    def __init__(self, app: ASGIApp, *, secrets: Secrets) -> None:
+        self.app = app
+        self._secrets = secrets
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self._secrets:
+            await self.app(scope, receive, send)
+            return
+        held: Message | None = None  # the response start, until the body shows what it is
+
+        async def redacting_send(message: Message) -> None:
+            nonlocal held
+            if message["type"] == "http.response.start" and _is_text(message):
+                held = message
+                return
+            if held is not None:
+                start, held = held, None
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    body = self._redact(message.get("body", b""), start)
+                    start = {**start, "headers": _with_length(start.get("headers", ()), body)}
+                    message = {**message, "body": body}
+                await send(start)
+            await send(message)
+
+        await self.app(scope, receive, redacting_send)
+
+    def _redact(self, body: bytes, start: Message) -> bytes:
+        text = body.decode("utf-8", "surrogateescape")
+        json_body = _header(start, b"content-type").startswith(b"application/json")
+        safe = self._secrets.redact_json(text) if json_body else self._secrets.redact(text)
+        return body if safe is text else safe.encode("utf-8", "surrogateescape")
+
+
+def _header(message: Message, name: bytes) -> bytes:
+    return next((v for k, v in message.get("headers", ()) if k.lower() == name), b"").lower()
+
+
+def _is_text(start: Message) -> bool:
+    return _header(start, b"content-type").startswith(_TEXT_TYPES)
+
+
+def _with_length(headers: Any, body: bytes) -> list[tuple[bytes, bytes]]:
+    kept = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+    return [*kept, (b"content-length", b"%d" % len(body))]
 
 
 # --- the token -------------------------------------------------------------------------------
@@ -325,7 +436,6 @@ def check_bind(host: str, token_source: str, *, env_name: str = "FABRIC_API_TOKE
 
 
 def redact(text: str, secrets_: Collection[str]) -> str:
-    """``text`` with every secret of 8 characters or more replaced by ``[redacted]``."""
-    for secret in sorted((s for s in secrets_ if len(s) >= 8), key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
-    return text
+    """``text`` with every secret of 8 characters or more replaced by ``[redacted]`` (for log
+    lines; see ``fabric.domain.secrets``)."""
+    return Secrets(secrets_).redact(text)

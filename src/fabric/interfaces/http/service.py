@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from fabric.application.ports import TaskExecutor, TaskStore
+from fabric.application.workspaces import check_workspace
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.policy import ApprovalAnswer, Scope
 from fabric.domain.tasks import (
@@ -31,6 +32,7 @@ from fabric.infrastructure.runlog.writer import RUNLOG_NAME
 from fabric.interfaces.compose import Runner
 
 from .approvals import BY_HTTP, Approvals, Conflict, call_logged
+from .executor import LocalExecutor
 from .resume import resume_run
 
 log = structlog.get_logger("fabric.tasks")
@@ -84,19 +86,12 @@ class TaskService:
                 hint="shorten it, or raise serve.max_task_chars",
             )
         self.runner.pack(pack)  # unknown pack or broken builder: a ConfigError naming it
-        folder = Path(workspace).expanduser() if workspace else self.roots[0]
-        if not folder.is_absolute():
-            folder = self.roots[0] / folder
-        folder = folder.resolve()
-        if not any(folder == r or r in folder.parents for r in self.roots):
-            roots = ", ".join(str(r) for r in self.roots)
-            raise ConfigError(
-                f"workspace {folder} is not under the service's workspace roots ({roots})",
-                hint="use a folder under one of them, or add a root to serve.workspace_roots",
-            )
-        if not folder.is_dir():
-            raise ConfigError(f"workspace {folder} is not a folder", hint="create it first")
-        return folder
+        return check_workspace(  # the rules `fabric run` follows, and the workspace roots
+            workspace or self.roots[0],
+            self.runner.loaded,
+            runs_dir=self.runner.runs_dir,
+            roots=self.roots,
+        )
 
     async def submit(
         self,
@@ -231,6 +226,13 @@ class TaskService:
         await self.store.update(task_id, status=status, finished_at=now(), **fields)
         self._wake(task_id)
         log.info("task.finished", task_id=task_id, status=status)
+
+    def waiting_for(self, task_id: str) -> list[str]:
+        """The tasks a queued task waits for because they use its workspace (running ones,
+        then earlier queued ones); empty for any other task, and for other executors."""
+        if isinstance(self.executor, LocalExecutor):
+            return self.executor.waiting_for(task_id)
+        return []
 
     def is_live(self, task_id: str) -> bool:
         """Whether the task is still queued or running here (its runlog may still grow)."""

@@ -36,14 +36,28 @@ class TaskIn(BaseModel):
     model: str | None = Field(None, max_length=300, description="A model key or name.")
     backend: str | None = Field(None, max_length=100, description="A backend name, or auto.")
     workspace: str | None = Field(
-        None, max_length=4096, description="A folder under the service's workspace roots."
+        None,
+        max_length=4096,
+        description="A folder under the service's workspace roots (default: the first root); "
+        "relative paths are taken from the first root. Not the filesystem root, the home "
+        "folder or one that contains it, nor a folder of fabric's own (runs, task records, "
+        "token, caches). Tasks on one workspace run one at a time, in the order they came, "
+        "unless serve.share_workspaces is set.",
     )
     max_steps: int | None = Field(None, ge=1, le=10_000, description="Model calls at most.")
 
 
-def task_json(record: TaskRecord, approvals: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def task_json(
+    record: TaskRecord,
+    approvals: list[dict[str, Any]] | None = None,
+    waiting_for: list[str] | None = None,
+) -> dict[str, Any]:
+    """The task document: the record's fields, ``approvals`` (calls waiting for an answer),
+    ``waiting_for`` (ids of the tasks a queued task waits for because they use its workspace:
+    running ones first, then earlier queued ones) and ``urls``."""
     out = asdict(record)
     out["approvals"] = approvals or []
+    out["waiting_for"] = waiting_for or []
     out["urls"] = {
         "self": f"/tasks/{record.id}",
         "events": f"/tasks/{record.id}/events",
