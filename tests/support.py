@@ -83,7 +83,7 @@ def run_fabric(
 ) -> subprocess.CompletedProcess[str]:
     """The real ``fabric`` command in a child process (``env`` defaults to this process's)."""
     return subprocess.run(
-        [sys.executable, "-m", "fabric", *args],
+        [sys.executable, "-P", "-m", "fabric", *args],
         env=dict(os.environ if env is None else env),
         cwd=cwd,
         capture_output=True,

@@ -80,7 +80,13 @@ def test_no_reaching_sideways_or_outwards(folder: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["sandbox/launcher.py", "sandbox/confine.py", "packs/import_guard.py"]
+    "name",
+    [
+        "sandbox/launcher.py",
+        "sandbox/confine.py",
+        "packs/import_guard.py",
+        "packs/run_ledger.py",
+    ],
 )
 def test_the_sandbox_launcher_uses_the_standard_library_only(name: str) -> None:
     """It runs as `python -I -S` (no site-packages, nothing from the workspace): an import of

@@ -3,6 +3,7 @@ child processes, a real loopback model server, the runlog on disk."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from support import assert_valid_runlog, run_fabric
 
+from fabric.interfaces.cli.doctor import print_report
 from fabric.testing import MockOpenAIServer, completion
 
 CONFIG = """\
@@ -51,6 +53,9 @@ def test_doctor_reports_the_machine_and_each_pack(tmp_path: Path) -> None:
     report = json.loads(proc.stdout)
     assert report["ok"] is True
     assert report["bwrap"]["works"] or report["landlock"]["works"]
+    landlock = report["landlock"]
+    if landlock["works"] and report["root"]:  # root gets namespaces or no Landlock at all
+        assert landlock["namespaces"] is True
     packs = {p["name"]: p for p in report["packs"]}
     assert packs["engineering"]["backend"] in ("bwrap", "landlock")
     assert packs["engineering"]["network"] is False
@@ -59,6 +64,14 @@ def test_doctor_reports_the_machine_and_each_pack(tmp_path: Path) -> None:
     text = fabric("doctor", cwd=folder)
     assert text.returncode == 0
     assert "Confinement on this machine" in text.stdout and "engineering" in text.stdout
+    if landlock["works"]:  # it says whether Landlock keeps host code read-only: here, and
+        assert ("stays read-only" in text.stdout) is landlock["namespaces"]
+        for namespaces in (True, False):  # as it would on a machine with the other answer
+            printed = io.StringIO()
+            print_report({**report, "landlock": {**landlock, "namespaces": namespaces}}, printed)
+            said = " ".join(printed.getvalue().split())
+            assert ("host code in a workspace stays read-only" in said) is namespaces
+            assert ("cannot keep host code in a workspace read-only" in said) is not namespaces
 
 
 def test_a_pack_that_needs_bubblewrap_refuses_to_run_without_it(tmp_path: Path) -> None:

@@ -133,3 +133,64 @@ def test_a_run_cannot_plant_code_that_fabric_runs_next(tmp_path: Path, backend: 
     assert write_pack["error"]["code"] == "sandbox_denied" or "read-only" in str(write_pack)
     assert "read-only" in write_pack["error"]["message"]
     assert "read-only" in write_pth["error"]["message"] or "virtualenv" in str(write_pth)
+
+
+PLANT_CONFIG = """\
+import sys
+marks = sys.argv[1]
+with open("evil.py", "w") as f:
+    f.write(f"open({marks!r} + '/evil', 'w').close()\\ndef build(settings): ...\\n")
+with open("fabric.yaml", "w") as f:
+    f.write("version: 1\\npacks: {evil: {builder: 'evil:build'}}\\n")
+print("planted")
+"""
+
+
+def test_configuration_a_run_creates_is_not_loaded_at_the_next_start(tmp_path: Path) -> None:
+    """The workspace had no fabric.yaml (fabric ran there on another config): a run creates
+    one, naming a pack module it also writes. fabric started in that folder refuses the config,
+    and after the user accepts it (saves it again), still refuses the module the run wrote."""
+    conf, ws, marks = tmp_path / "conf", tmp_path / "ws", tmp_path / "marks"
+    for folder in (conf, ws, marks):
+        folder.mkdir()
+    (conf / "fabric.yaml").write_text(
+        CONFIG.replace("BACKEND", BACKENDS[0]).replace(
+            "packs.mine:build", "packs.engineering:build"
+        )
+    )
+    steps = [
+        ("write_file", {"path": "plant.py", "content": PLANT_CONFIG}),
+        ("shell", {"command": f"python plant.py {marks}"}),
+    ]
+
+    def model(body: dict[str, Any]) -> tuple[int, Any]:
+        done = sum(1 for m in body["messages"] if m["role"] == "tool")
+        if done < len(steps):
+            return 200, completion(None, [steps[done]])
+        return 200, completion(None, [("finish_task", {"summary": "done"})])
+
+    env = {**os.environ, "HOME": str(tmp_path)}
+
+    def fabric(*args: str, cwd: Path, url: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "fabric", *args],
+            env={**env, "FABRIC_BASE_URL": url} if url else env, cwd=cwd,
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=GUARD, check=False,
+        )  # fmt: skip
+
+    with MockOpenAIServer(model, models=["m"]) as server:
+        first = fabric(
+            "run", "--config", str(conf / "fabric.yaml"), "-w", str(ws), "plant it",
+            cwd=tmp_path, url=server.base_url,
+        )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    assert "planted" in (ws / "fabric.yaml").read_text() or (ws / "fabric.yaml").is_file()
+
+    refused = fabric("packs", cwd=ws)
+    assert refused.returncode == 2, refused.stdout
+    assert "was written while run" in refused.stderr and "save it again" in refused.stderr
+
+    (ws / "fabric.yaml").write_text((ws / "fabric.yaml").read_text())  # the user accepts it
+    still = fabric("packs", cwd=ws)
+    assert "evil.py was written while run" in still.stderr, still.stderr
+    assert list(marks.iterdir()) == []  # the planted module never ran

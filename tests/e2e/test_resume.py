@@ -174,7 +174,14 @@ def test_a_run_resumed_after_max_steps_has_one_end(tmp_path: Path, workspace: Pa
 
     shown = fabric("show", run_id)
     assert shown.returncode == 0, shown.stderr
-    assert "completed after 4 step(s)" in shown.stdout and "max_steps after" not in shown.stdout
+    assert "completed after 4 step(s)" in shown.stdout
+    # the earlier ends are not lines of their own any more: each shows where its run resumed
+    resumed = [line for line in shown.stdout.splitlines() if "max_steps after" in line]
+    assert [line.split(" · ")[0] for line in resumed] == [
+        "resumed at step 3 (it had ended: max_steps after 2 step(s)",
+        "resumed at step 4 (it had ended: max_steps after 3 step(s)",
+    ]
+    assert shown.stdout.index(resumed[0]) < shown.stdout.index("step  3  write_file")
     assert '"summary": "wrote log.txt"' in shown.stdout
     assert json.loads(fabric("show", run_id, "--json").stdout) == events
     replayed = fabric("replay", run_id, "--json")

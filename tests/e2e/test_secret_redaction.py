@@ -7,8 +7,10 @@ events, runlog, errors) or logs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -187,3 +189,12 @@ def test_the_service_never_answers_or_logs_a_secret(tmp_path: Path) -> None:
         assert_no_secret(written(run_dir), *secrets)
     assert '"task.finished"' in log
     assert_no_secret(log, *secrets)
+
+    database = tmp_path / "tasks.sqlite3"  # the service's task records hold none either
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        rows = {r[0]: r[1:] for r in db.execute("SELECT id, task, payload, error FROM tasks")}
+    task, payload, _ = rows[quoted]
+    assert task == "the token is [redacted]"
+    assert json.loads(payload) == {"summary": "the token is [redacted] / [redacted]"}
+    assert "Bearer [redacted]" in json.loads(rows[refused][2])["message"]
+    assert_no_secret(b"".join(p.read_bytes() for p in tmp_path.glob("tasks.sqlite3*")), *secrets)

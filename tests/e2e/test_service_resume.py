@@ -2,18 +2,20 @@
 on after the restart with the same task id, runlog and workspace, without asking the model
 again for the steps it had completed; a task that stopped at max_steps goes on with more; the
 tasks that cannot be resumed get 404 or 409 with what to do. A resumed task's runlog has one end,
-and its event stream carries the resumed events."""
+and its event stream carries the resumed events, also to a client that opened it before the
+resumed run began or that reconnects with the id of the end the resume replaced."""
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from support import assert_valid_runlog, kinds, read_events
-from test_service import GUARD, Service, error_shape, sse, step_of, wait_until
+from test_service import GUARD, Service, error_shape, sse, step_of, task_of, wait_until
 
 from fabric.testing import MockOpenAIServer, completion
 
@@ -163,38 +165,60 @@ class HeldModel:
         return 200, completion(None, [("finish_task", {"summary": "wrote a.txt and b.txt"})])
 
 
+def stopped_after_one_step(service: Service, folder: Path) -> tuple[str, Path]:
+    """A task that stopped at its step limit after one step, and its runlog."""
+    task_id = service.submit(pack="notes", task="write two notes", max_steps=1)
+    assert service.wait_final(task_id)["status"] == "max_steps"
+    return task_id, folder / "runs" / task_id / "runlog.jsonl"
+
+
+def streaming(
+    service: Service, task_id: str, headers: dict[str, str] | None = None
+) -> tuple[threading.Thread, list[dict[str, Any]], threading.Event]:
+    """A client following the task's event stream in a thread: the thread (started), the
+    events it gets, and an Event set once the stream sent its first line (a comment too)."""
+    heard: list[dict[str, Any]] = []
+    opened = threading.Event()
+
+    def follow() -> None:
+        with (
+            httpx.Client(base_url=service.url, headers=service.client.headers) as client,
+            client.stream(
+                "GET", f"/tasks/{task_id}/events", headers=headers, timeout=GUARD
+            ) as response,
+        ):
+            lines = response.iter_lines
+
+            def noticed() -> Iterator[str]:
+                for line in lines():
+                    opened.set()
+                    yield line
+
+            response.iter_lines = noticed  # type: ignore[method-assign]
+            heard.extend(message["data"] for message in sse(response))
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    return thread, heard, opened
+
+
 def test_a_task_resumed_twice_after_max_steps_has_one_end_and_streams_on(tmp_path: Path) -> None:
     model = HeldModel()
-    streamed: list[dict[str, Any]] = []
-    following = threading.Event()
     with (
         MockOpenAIServer(model, models=["m"]) as server,
         Service(project(tmp_path, server.base_url)) as service,
     ):
-        task_id = service.submit(pack="notes", task="write two notes", max_steps=1)
-        assert service.wait_final(task_id)["status"] == "max_steps"
-        runlog = tmp_path / "runs" / task_id / "runlog.jsonl"
+        task_id, runlog = stopped_after_one_step(service, tmp_path)
         first = read_events(runlog)
         once = service.client.post(f"/tasks/{task_id}/resume", json={"max_steps": 2})
         assert once.status_code == 202, once.text
         assert service.wait_final(task_id)["status"] == "max_steps"
         second = read_events(runlog)
         stream = [m["data"] for m in sse(service.client.get(f"/tasks/{task_id}/events"))]
-
-        def follow() -> None:  # a client following the task while its resumed run goes on
-            with (
-                httpx.Client(base_url=service.url, headers=service.client.headers) as client,
-                client.stream("GET", f"/tasks/{task_id}/events", timeout=GUARD) as response,
-            ):
-                for message in sse(response):
-                    streamed.append(message["data"])
-                    following.set()
-
         twice = service.client.post(f"/tasks/{task_id}/resume", json={"max_steps": 5})
         assert twice.status_code == 202, twice.text
         wait_until(model.held.is_set, "the third model call")
-        follower = threading.Thread(target=follow)
-        follower.start()
+        follower, streamed, following = streaming(service, task_id)  # while the run goes on
         wait_until(following.is_set, "the event stream")
         model.release.set()
         done = service.wait_final(task_id)
@@ -213,3 +237,70 @@ def test_a_task_resumed_twice_after_max_steps_has_one_end_and_streams_on(tmp_pat
         ("max_steps", 2),
     ]
     assert streamed == events  # the follower saw the whole log, resumed events and end
+
+
+class Blocker:
+    """The task "block" waits at its model call until ``release``, then finishes; any other
+    task writes a.txt, then b.txt, then finishes (``Model`` without its hold)."""
+
+    def __init__(self) -> None:
+        self.held, self.release = threading.Event(), threading.Event()
+        self.notes = Model()
+        self.notes.hold.clear()
+
+    def __call__(self, body: dict[str, Any]) -> tuple[int, Any]:
+        if task_of(body) != "block":
+            return self.notes(body)
+        self.held.set()
+        self.release.wait(GUARD)
+        return 200, completion(None, [("finish_task", {"summary": "let the others go"})])
+
+
+def test_the_event_stream_carries_a_resume_that_has_not_begun_yet(tmp_path: Path) -> None:
+    """Between ``POST /resume`` and the resumed run's first line (here: the task waits for
+    another one that uses its workspace), the runlog still ends with the old ``run_finished``.
+    A client that opens the stream then reads on into the resumed run, with or without a
+    ``Last-Event-ID``; one that saw the old end and reconnects with its id gets the
+    ``run_resumed`` that took the end's place (and its seq) too."""
+    model = Blocker()
+
+    def replayed(last_id: int) -> list[dict[str, Any]]:
+        url, headers = f"/tasks/{task_id}/events", {"Last-Event-ID": str(last_id)}
+        return [m["data"] for m in sse(service.client.get(url, headers=headers))]
+
+    with (
+        MockOpenAIServer(model, models=["m"]) as server,
+        Service(project(tmp_path, server.base_url)) as service,
+    ):
+        task_id, runlog = stopped_after_one_step(service, tmp_path)
+        old = read_events(runlog)
+        seen = list(sse(service.client.get(f"/tasks/{task_id}/events")))  # ends at the end
+        assert [m["data"] for m in seen] == old and seen[-1]["event"] == "run_finished"
+        blocker = service.submit(pack="notes", task="block")
+        wait_until(model.held.is_set, "the blocking task's model call")
+        answer = service.client.post(f"/tasks/{task_id}/resume", json={"max_steps": 5})
+        assert answer.status_code == 202, answer.text
+        assert service.task(task_id)["status"] == "queued"  # waits for the workspace
+        fresh, heard, fresh_opened = streaming(service, task_id)
+        back, heard_back, back_opened = streaming(
+            service, task_id, {"Last-Event-ID": seen[-1]["id"]}
+        )
+        wait_until(fresh_opened.is_set, "the fresh event stream")  # its "queued" comment
+        wait_until(back_opened.is_set, "the reconnected event stream")
+        assert read_events(runlog) == old  # the resumed run has not begun
+        model.release.set()
+        done = service.wait_final(task_id)
+        fresh.join(GUARD)
+        back.join(GUARD)
+        assert service.wait_final(blocker)["status"] == "completed"
+        last_id = int(seen[-1]["id"])
+        later, past_it = replayed(last_id), replayed(last_id + 1)
+
+    assert done["status"] == "completed" and done["steps"] == 3
+    events = assert_valid_runlog(runlog)
+    end = len(old) - 1  # the seq the old end had, and run_resumed has now
+    assert events[end]["kind"] == "run_resumed" and events[end]["ended"]["status"] == "max_steps"
+    assert heard == old + events[end:]  # on past the old end
+    assert heard_back == events[end:]
+    assert later == events[end:]  # the run_resumed, not only what follows it
+    assert past_it == events[end + 2 :]

@@ -1,4 +1,5 @@
-"""`fabric show` filters (one step, some kinds) and `--follow` on a run that is still going."""
+"""`fabric show` filters (one step, some kinds), where a run was resumed, and `--follow` on a
+run that is still going."""
 
 from __future__ import annotations
 
@@ -53,6 +54,31 @@ def test_show_one_step_or_some_kinds(tmp_path: Path) -> None:
     assert [e["arguments"]["path"] for e in json.loads(kinds.stdout)] == ["dir1", "dir2"]
     text = cli.invoke(app, ["show", str(log.path), "--step", "1"])
     assert "list_files" in text.stdout and "dir2" not in text.stdout
+
+
+def test_show_says_where_a_run_was_resumed_in_a_log_without_ended(tmp_path: Path) -> None:
+    """Logs resumed by an earlier fabric: ``run_resumed`` has no ``ended`` (the first end is
+    still a line of its own, just above); a run resumed after a kill never had an end."""
+    log = JsonlRunLog(tmp_path, "r4")
+    _started(log)
+    _step(log, 1)
+    log.emit(
+        "run_finished",
+        {"status": "max_steps", "payload": None, "steps": 1, "usage": USAGE, "duration_s": 0.1},
+    )
+    log.emit("run_resumed", {"from_step": 2, "reason": "max_steps", "limits": {}})
+    _step(log, 2)
+    log.emit("run_resumed", {"from_step": 3, "reason": "interrupted", "limits": {}})
+    _finished(log)
+    log.close()
+    shown = CliRunner().invoke(app, ["show", str(log.path)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert "resumed at step 2 (after max_steps)" in lines
+    assert "resumed at step 3 (it had been interrupted)" in lines
+    assert lines.index("resumed at step 2 (after max_steps)") == 1 + next(
+        i for i, line in enumerate(lines) if line.startswith("max_steps after 1 step(s)")
+    )
 
 
 def test_follow_shows_events_until_the_run_finishes(tmp_path: Path) -> None:

@@ -505,3 +505,30 @@ def test_search_regex_and_case_options(ctx: ToolContext, workspace: Path) -> Non
         "no matches"
     )
     assert "a.py:1:" in search_files(ctx, "parse_date(")  # literal: '(' is not special
+
+
+def test_pack_authors_open_files_through_the_sdks_workspace(tmp_path: Path) -> None:
+    """fabric.sdk.Workspace, as its docstring shows it: reads beneath the root, refuses
+    host code and paths that lead out."""
+    from fabric import sdk
+
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "fabric.yaml").write_text("version: 1\n")
+    ctx = sdk.ToolContext(
+        "r", tmp_path, sdk.SandboxSettings(), read_only=(tmp_path / "fabric.yaml",)
+    )
+    with sdk.Workspace(ctx) as ws, ws.open("notes.txt") as opened:
+        assert os.read(opened.fd, 100) == b"hello"
+    with (
+        pytest.raises(sdk.SandboxError, match="read-only for tools"),
+        sdk.Workspace(ctx) as ws,
+        ws.open_for_writing("fabric.yaml"),
+    ):
+        pass
+    with (
+        pytest.raises(sdk.SandboxError, match="outside the workspace"),
+        sdk.Workspace(ctx) as ws,
+        ws.open("../x"),
+    ):
+        pass
+    assert (tmp_path / "fabric.yaml").read_text() == "version: 1\n"

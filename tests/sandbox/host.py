@@ -94,6 +94,14 @@ def kill_token(token: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def closed_folders(user: pwd.struct_passwd, needed: Sequence[Path]) -> dict[Path, list[Path]]:
     """Folders ``user`` cannot enter on the way to a ``needed`` path (a home folder of mode
     0700 holding the interpreter, say), each with the entries in it that lead there."""

@@ -32,7 +32,8 @@ _ORDER = [
     )
 ]
 PROBES = sorted(REGISTERED, key=lambda p: _ORDER.index(p.check.__module__))
-"""Files, secrets, network, processes, kernel, limits, then the normal tasks."""
+"""Files, secrets, planted code, network, processes, kernel, limits, file tools, then the
+normal tasks."""
 ESCAPES = [p for p in PROBES if p.kind == "escape"]
 TASKS = [p for p in PROBES if p.kind == "task"]
 

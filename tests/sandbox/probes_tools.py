@@ -7,6 +7,7 @@ the outside folder's state on the host."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
@@ -44,7 +45,7 @@ def _hammer(ctx: ToolContext) -> dict[str, int]:
         )
 
     for _ in range(ROUNDS):
-        attempts = [
+        attempts: list[Callable[[], str]] = [
             lambda: asyncio.run(read_file(ctx, "d/f.txt")),
             lambda: asyncio.run(read_file(ctx, "d/sub/g.txt")),
             lambda: write_file(ctx, "d/log.out", "W\n", append=True),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 from fabric.infrastructure.sandbox import host_report
 
 from .conftest import BACKENDS, probe_id
+from .host import user_exists
 from .probes import ESCAPES, TASKS, Probe, run_probe
 
 MATRIX = Path(__file__).resolve().parents[2] / "bench" / "escape_matrix.py"
@@ -41,21 +41,13 @@ def test_ci_covers_bubblewrap() -> None:
     assert BACKENDS, "no confining backend to test"
 
 
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can run the probes as another user")
-@pytest.mark.skipif(not _user_exists("nobody"), reason="no user nobody here")
+@pytest.mark.skipif(not user_exists("nobody"), reason="no user nobody here")
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is missing")
 def test_an_unprivileged_user_sees_no_escape_either() -> None:
     """Every probe and task again, as nobody, under every confining backend nobody has here:
     without root the backends work differently (a user namespace for Landlock, no cgroup, the
-    process limit applies). The matrix script runs itself as nobody (about 40 s)."""
+    process limit applies). The matrix script runs itself as nobody (about a minute)."""
     argv = [sys.executable, str(MATRIX), "--user", "nobody", "--json", "--no-doc"]
     done = subprocess.run(
         [*argv, "--no-reference", "--quiet"],

@@ -1,7 +1,7 @@
 """The HTTP service's guards (``interfaces.http.security``): the bearer token, the Host check,
-the body limit, the token file and bind rules, and log redaction, as a client or an operator
-meets them. The middlewares are stacked the way the service stacks them: Host check outermost,
-then the body limit, then the token."""
+the body limit, the token file and bind rules, as a client or an operator meets them. The
+middlewares are stacked the way the service stacks them: Host check outermost, then the body
+limit, then the token."""
 
 from __future__ import annotations
 
@@ -21,15 +21,12 @@ from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 
 from fabric.domain.errors import ConfigError
-from fabric.interfaces.http.security import (
+from fabric.interfaces.http.security import BearerAuth, BodyLimit, HostCheck
+from fabric.interfaces.http.tokens import (
     ENV_SOURCE,
-    BearerAuth,
-    BodyLimit,
-    HostCheck,
     check_bind,
     is_loopback_host,
     load_or_create_token,
-    redact,
 )
 
 TOKEN = "s3cret-token-for-tests-0123456789"
@@ -521,20 +518,6 @@ def test_a_lan_address_needs_an_environment_token(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="MY_TOKEN"):
         check_bind("server.lan", file_source, env_name="MY_TOKEN")
     check_bind("192.168.1.20", f"{ENV_SOURCE} FABRIC_API_TOKEN")
-
-
-# --- redaction ---------------------------------------------------------------------------------
-
-
-def test_redact_hides_every_secret_in_a_log_line() -> None:
-    key = "sk-abcdefghijklmnop"
-    line = f"auth=Bearer {TOKEN} key={key} again {TOKEN}"
-    assert redact(line, [TOKEN, key]) == "auth=Bearer [redacted] key=[redacted] again [redacted]"
-
-
-def test_redact_hides_the_longer_of_overlapping_secrets_and_keeps_short_words() -> None:
-    assert redact("x abcdefgh-ijkl y", ["abcdefgh", "abcdefgh-ijkl"]) == "x [redacted] y"
-    assert redact("the id is abc", ["abc", ""]) == "the id is abc"
 
 
 def test_the_token_file_is_created_with_owner_only_permissions_despite_a_loose_umask(

@@ -516,3 +516,25 @@ def test_a_policy_rule_for_a_tool_the_pack_lacks_is_refused_at_load(tmp_path: Pa
     assert "rules[1].tool" in message and "'write_fil'" in message
     line = line_of(Path(loaded.source), "write_fil")
     assert f"fabric.yaml:{line}:" in message and "write_file" in caught.value.hint
+
+
+def test_a_cli_run_cannot_read_the_services_task_database_or_rewrite_its_config(
+    tmp_path: Path,
+) -> None:
+    """The workspace is the config folder, as with `fabric run` started there: the service's
+    task database beside fabric.yaml is out of the tools' reach, and the config is read-only."""
+    loaded = load(tmp_path, REVIEWER)
+    (tmp_path / "tasks.sqlite3").write_text("other clients' tasks")
+    client = ScriptedChatClient(
+        [
+            tool_call("read_file", path="tasks.sqlite3"),
+            tool_call("finish_task", verdict="approve", problems=[]),
+        ]
+    )
+    runner = build_runner(loaded, chat_factory=lambda model: client, runs_dir=tmp_path / "runs")
+    result = asyncio.run(runner.run("reviewer", "read it", workspace=tmp_path))
+    events = assert_valid_runlog(Path(str(result.runlog_path)))
+    [refused] = [e for e in events if e["kind"] == "tool_result"]
+    assert refused["ok"] is False and "protected" in refused["output"]
+    assert "other clients" not in refused["output"]
+    assert tmp_path / "fabric.yaml" in runner.read_only_in(tmp_path)

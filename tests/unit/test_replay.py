@@ -201,7 +201,9 @@ packs:
 """
 
 
-def test_cli_replays_a_recorded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def record_with_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Any]:
+    """`fabric run` in ``tmp_path`` (a run that reads ``ws/notes.txt``); its config, and what
+    it printed with --json."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "notes.txt").write_text("remember the milk\n")
@@ -209,14 +211,20 @@ def test_cli_replays_a_recorded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         completion(None, [("read_file", {"path": "notes.txt"})]),
         completion("Done.", [("finish_task", {"summary": "milk"})]),
     ]
-    cli = CliRunner()
     with MockOpenAIServer(script, models=["m"]) as server:
         config = tmp_path / "fabric.yaml"
         config.write_text(CONFIG.format(url=server.base_url, prompt="You read notes."))
-        ran = cli.invoke(app, ["run", "-c", str(config), "-w", "ws", "--json", "-q", "read"])
+        ran = CliRunner().invoke(
+            app, ["run", "-c", str(config), "-w", "ws", "--json", "-q", "read"]
+        )
         assert ran.exit_code == 0, ran.output
-    original = json.loads(ran.stdout)
+    return config, json.loads(ran.stdout)
+
+
+def test_cli_replays_a_recorded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config, original = record_with_cli(tmp_path, monkeypatch)
     (tmp_path / "ws" / "notes.txt").write_text("changed since\n")  # recorded tools: unseen
+    cli = CliRunner()
 
     same = cli.invoke(app, ["replay", original["run_id"], "-c", str(config), "--json"])
     assert same.exit_code == 0, same.output
@@ -235,7 +243,7 @@ def test_cli_replays_a_recorded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "step:     2" in live.stdout and "messages[3].content" in live.stdout
     assert (tmp_path / "ws" / "notes.txt").read_text() == "changed since\n"
 
-    config.write_text(CONFIG.format(url=server.base_url, prompt="You skim notes."))
+    config.write_text(config.read_text().replace("You read notes.", "You skim notes."))
     changed = cli.invoke(app, ["replay", original["run_id"], "-c", str(config)])
     assert changed.exit_code == 1, changed.output
     assert "field:    messages[0].content" in changed.stdout
@@ -243,6 +251,19 @@ def test_cli_replays_a_recorded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert len(replay_logs) == 5
     for path in replay_logs:
         assert_valid_runlog(read_events(path))
+
+
+def test_a_live_replay_writes_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "ghp_replay0123456789abcdef"
+    monkeypatch.setenv("GITHUB_TOKEN", secret)
+    config, original = record_with_cli(tmp_path, monkeypatch)
+    (tmp_path / "ws" / "notes.txt").write_text(f"the token is {secret}\n")  # leaked since
+
+    args = ["replay", original["run_id"], "-c", str(config), "--live-tools", "--json"]
+    live = CliRunner().invoke(app, args)
+    assert live.exit_code == 1, live.output  # the live tool read the new content
+    written = Path(json.loads(live.stdout)["runlog"]).read_text()
+    assert secret not in written and "the token is [redacted]" in written
 
 
 def test_cli_unknown_run_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,6 +1,6 @@
 """Secrets stay in: the redactor itself, and each place fabric writes or answers, attacked at
 unit level (a provider echoing its key through httpx's MockTransport, a runlog line, an
-artifact, a streamed reply on the terminal, stdout, the HTTP service's answers)."""
+artifact, a streamed reply on the terminal, stdout, the HTTP service's answers and logs)."""
 
 from __future__ import annotations
 
@@ -8,28 +8,31 @@ import asyncio
 import io
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
+import structlog
 import typer
 from typer.testing import CliRunner
 
-from fabric.config import schema
 from fabric.config.loader import load_config
-from fabric.config.schema import SandboxSettings
+from fabric.config.schema import OpenAIBackend, SandboxSettings
 from fabric.domain.errors import ModelAuthError, ModelError
 from fabric.domain.models import ChatDelta
-from fabric.domain.secrets import REDACTED, SECRET_NAME, Secrets
+from fabric.domain.secrets import REDACTED, Secrets, looks_secret
+from fabric.infrastructure.llm.anthropic import AnthropicCatalog, AnthropicChatClient
+from fabric.infrastructure.llm.backends import api_key
 from fabric.infrastructure.llm.http_errors import status_error
-from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
+from fabric.infrastructure.llm.openai_compat import OpenAICatalog, OpenAIChatClient
 from fabric.infrastructure.runlog import JsonlRunLog
 from fabric.infrastructure.tools.shell import scrubbed_env
 from fabric.interfaces.cli.app import app as cli
 from fabric.interfaces.cli.render import Progress, RedactingStream
+from fabric.interfaces.cli.serve import configure_logging
 from fabric.interfaces.http.app import create_app
 
 KEY = "sk-unit/key+with=odd:chars-41f2"
@@ -71,8 +74,7 @@ def test_secrets_come_from_secret_looking_names_and_named_key_variables() -> Non
     assert not Secrets() and Secrets().redact(KEY) == KEY
 
 
-def test_one_rule_says_which_variables_are_secret() -> None:
-    assert SECRET_NAME.pattern == schema.SECRET_NAME.pattern  # until config imports this one
+def test_a_secret_looking_name_never_reaches_commands_even_past_the_config() -> None:
     # the config refuses such names already; the runtime rule holds even if one slips by
     env = scrubbed_env(
         SandboxSettings.model_construct(env_passthrough=["SOME_API_KEY", "PLAIN"]),
@@ -99,14 +101,33 @@ def test_lines_cut_anywhere_are_redacted_whole() -> None:
 # --- provider errors, at the source ------------------------------------------------------------
 
 
+URL = "http://llm.test/v1"
+
+
+def _raised(client: Any) -> ModelError:
+    """The model error a chat client's call, or a catalog's listing, raises."""
+
+    async def call() -> None:
+        if isinstance(client, OpenAICatalog | AnthropicCatalog):
+            await client.list_models()
+            return
+        try:
+            await client.chat([{"role": "user", "content": "hi"}], [])
+        finally:
+            await client.aclose()
+
+    with pytest.raises(ModelError) as caught:
+        asyncio.run(call())
+    return caught.value
+
+
 def _refusing(body: str, status: int = 401) -> OpenAIChatClient:
     def answer(request: httpx.Request) -> httpx.Response:
         echoed = body.replace("{auth}", request.headers["Authorization"])
         return httpx.Response(status, text=echoed, headers={"content-type": "application/json"})
 
     transport = httpx.MockTransport(answer)
-    return OpenAIChatClient(base_url="http://llm.test/v1", model="m", api_key=KEY,
-                            transport=transport)  # fmt: skip
+    return OpenAIChatClient(base_url=URL, model="m", api_key=KEY, transport=transport)
 
 
 @pytest.mark.parametrize("status", [400, 401])
@@ -115,21 +136,57 @@ def test_a_provider_echoing_the_key_loses_it_in_the_error(
 ) -> None:
     monkeypatch.setenv("FABRIC_API_KEY", KEY)
     body = json.dumps({"error": {"message": "bad credentials: {auth}", "sent": quote(KEY)}})
-
-    async def call() -> None:
-        client = _refusing(body, status)
-        try:
-            await client.chat([{"role": "user", "content": "hi"}], [])
-        finally:
-            await client.aclose()
-
-    with pytest.raises(ModelError) as caught:
-        asyncio.run(call())
-    error = caught.value
+    error = _raised(_refusing(body, status))
     assert isinstance(error, ModelAuthError) == (status == 401)
     seen = f"{error} {error.body}"
     assert KEY not in seen and quote(KEY) not in seen and quote(KEY, safe="") not in seen
     assert "bad credentials: Bearer [redacted]" in str(error)
+
+
+ACCESS = "MY_LLM_ACCESS"  # holds a key, but only the backend's api_key_env says so
+CUSTOM_KEY = "llm-8f3a/custom+key=zz91"
+ADAPTERS: dict[str, Callable[[str, httpx.MockTransport], Any]] = {
+    "openai": lambda key, t: OpenAIChatClient(base_url=URL, model="m", api_key=key,
+                                              transport=t),
+    "openai streamed": lambda key, t: OpenAIChatClient(base_url=URL, model="m", api_key=key,
+                                                       stream=True, transport=t),
+    "openai models": lambda key, t: OpenAICatalog(name="o", base_url=URL, api_key=key,
+                                                  transport=t),
+    "anthropic": lambda key, t: AnthropicChatClient(base_url=URL, model="m", api_key=key,
+        max_tokens=64, timeout=5, stream=False, transport=t),
+    "anthropic streamed": lambda key, t: AnthropicChatClient(base_url=URL, model="m",
+        api_key=key, max_tokens=64, timeout=5, transport=t),
+    "anthropic models": lambda key, t: AnthropicCatalog(name="a", base_url=URL, api_key=key,
+                                                        timeout=5, transport=t),
+}  # fmt: skip
+
+
+def _echoing_the_key(request: httpx.Request) -> httpx.Response:
+    """Refuses with the key it got quoted raw (no "Bearer" before it) and URL-encoded: in a
+    401 reply, or in an error event when a stream was asked for."""
+    key = request.headers.get("x-api-key") or request.headers["authorization"][len("Bearer ") :]
+    message = f"key {key} (sent as {quote(key, safe='')}) is not valid"
+    error = {"type": "error", "error": {"type": "authentication_error", "code": 401,
+                                        "message": message}}  # fmt: skip
+    if request.content and json.loads(request.content).get("stream"):
+        sse = f"event: error\ndata: {json.dumps(error)}\n\n"
+        return httpx.Response(200, text=sse, headers={"content-type": "text/event-stream"})
+    return httpx.Response(401, json=error)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_an_adapter_redacts_its_own_key_from_a_variable_with_any_name(
+    monkeypatch: pytest.MonkeyPatch, adapter: str
+) -> None:
+    assert not looks_secret(ACCESS)  # the environment's rule alone would miss this key
+    monkeypatch.setenv(ACCESS, CUSTOM_KEY)
+    key = api_key(OpenAIBackend(kind="openai", api_key_env=[ACCESS]))
+    assert key == CUSTOM_KEY
+    error = _raised(ADAPTERS[adapter](key, httpx.MockTransport(_echoing_the_key)))
+    assert isinstance(error, ModelAuthError)
+    seen = f"{error} {error.body}"
+    assert CUSTOM_KEY not in seen and quote(CUSTOM_KEY, safe="") not in seen
+    assert "key [redacted] (sent as [redacted]) is not valid" in str(error)
 
 
 def test_an_unknown_bearer_token_and_a_json_escaped_key_are_redacted_too() -> None:
@@ -237,3 +294,13 @@ def test_the_service_answers_without_its_token_even_from_a_file(
     for answer in (unknown, wrong_host):
         assert TOKEN not in answer.text
         assert int(answer.headers["content-length"]) == len(answer.content)
+
+
+def test_the_service_log_lines_hold_no_secret(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(Secrets([TOKEN, KEY]))
+    try:
+        structlog.get_logger("t").info("seen", auth=f"Bearer {TOKEN}", ids=[KEY, "kept"])
+    finally:
+        structlog.reset_defaults()
+    line = json.loads(capsys.readouterr().err)
+    assert line["auth"] == "Bearer [redacted]" and line["ids"] == ["[redacted]", "kept"]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
 
-from .policy import PolicySettings
+from fabric.domain.secrets import looks_secret
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH(?!OR)|COOKIE", re.IGNORECASE)
-"""Environment variable names that look like secrets; they never reach tools."""
+from .policy import PolicySettings
 
 
 class _Strict(BaseModel):
@@ -245,6 +243,17 @@ class LLMSettings(_Strict):
         None, ge=0, le=2, description="Sampling temperature; unset leaves the server default."
     )
 
+    @property
+    def api_key_names(self) -> tuple[str, ...]:
+        """The environment variables the backends read API keys from (their ``api_key_env``),
+        whatever they are called: their values are secrets fabric never writes out."""
+        return tuple(
+            name
+            for backend in self.backends.values()
+            if isinstance(backend, OpenAIBackend | AnthropicBackend)
+            for name in backend.api_key_env
+        )
+
     @field_validator("backends", mode="before")
     @classmethod
     def _over_builtins(cls, given: Any) -> Any:
@@ -323,7 +332,7 @@ class SandboxSettings(_Strict):
     @field_validator("env_passthrough")
     @classmethod
     def _no_secrets(cls, names: list[str]) -> list[str]:
-        secret = [n for n in names if SECRET_NAME.search(n)]
+        secret = [n for n in names if looks_secret(n)]
         if secret:
             raise ValueError(
                 f"{', '.join(secret)} look(s) like a secret; secrets are never passed to "

@@ -27,6 +27,7 @@ from fabric.domain.errors import ConfigError, FabricError, RunError, SandboxErro
 from fabric.domain.models import RunResult
 from fabric.domain.secrets import Secrets
 from fabric.infrastructure.llm.backends import Backends, base_url_of
+from fabric.infrastructure.packs import run_ledger
 from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack, load_pack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
 from fabric.infrastructure.runlog.writer import Observer
@@ -178,15 +179,10 @@ class Runner:
     ) -> RunResult:
         """Run one task to its end and return the result; the runlog is on disk.
         ``approver`` answers the calls the pack's policy asks about (None: they are refused)."""
-        check_workspace(workspace or Path.cwd(), self.loaded, runs_dir=self.runs_dir)
+        folder = check_workspace(workspace or Path.cwd(), self.loaded, runs_dir=self.runs_dir)
         if not task.strip():
             raise ConfigError("the task is empty", hint="say what the pack should do")
         loaded_pack = self.pack(pack_name)
-        folder = (workspace or Path.cwd()).resolve()
-        if not folder.is_dir():
-            raise ConfigError(
-                f"workspace {folder} is not a folder", hint="pass an existing --workspace"
-            )
         limits = _limits(loaded_pack.settings.limits, max_steps)
 
         def open_log() -> JsonlRunLog:
@@ -238,6 +234,7 @@ class Runner:
                 f"the run's workspace {folder} is not a folder any more",
                 hint="restore the workspace, or start a new run",
             )
+        folder = check_workspace(folder, self.loaded, runs_dir=self.runs_dir)
         model = started.get("model") or None
         backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
 
@@ -282,17 +279,22 @@ class Runner:
         read_only = await asyncio.to_thread(self.read_only_in, workspace)
         commands, unconfined = await self._commands(loaded_pack, workspace, read_only)
         runlog = open_log()
+        unrecorded = _record_start(runlog.run_id, workspace)
         chat: ChatClient | None = None
         try:
             chat, unresolved = await self._open_chat(
                 loaded_pack, model, resolution, unresolved, runlog
             )
-            yield _Session(runlog, chat, commands, unconfined or unresolved, resolution, read_only)
+            start_error = unrecorded or unconfined or unresolved
+            yield _Session(runlog, chat, commands, start_error, resolution, read_only)
         finally:
             runlog.close()
             if chat is not None:
                 with contextlib.suppress(Exception):  # the result stands
                     await chat.aclose()
+            if unrecorded is None:
+                with contextlib.suppress(OSError):  # an open window only makes fabric stricter
+                    run_ledger.closed(runlog.run_id)
 
     @property
     def protected_paths(self) -> tuple[Path, ...]:
@@ -434,6 +436,20 @@ class Runner:
         await self.backends.aclose()
 
 
+def _record_start(run_id: str, workspace: Path) -> FabricError | None:
+    """Enter the run in the run ledger before anything of it runs (or say why it cannot be:
+    the run then fails, for without the ledger fabric could later load what it planted)."""
+    try:
+        run_ledger.opened(run_id, str(workspace))
+    except OSError as exc:
+        return ConfigError(
+            f"cannot record the run in {run_ledger.ledger_path()}: {exc.strerror or exc}",
+            hint="make ~/.config/fabric writable for your user (fabric keeps its run ledger "
+            "there, see ADR 0013)",
+        )
+    return None
+
+
 def _setup_error(exc: Exception) -> FabricError:
     """Why no model could be set up, as the error a failed run records."""
     if isinstance(exc, FabricError):
@@ -459,14 +475,30 @@ def build_runner(
     runs_dir: Path | None = None,
     on_status: Callable[[str], None] | None = None,
     secrets: Secrets | None = None,
+    protected: Sequence[Path] = (),
 ) -> Runner:
-    """Compose a runner; every default is built here, none at import time."""
+    """Compose a runner; every default is built here, none at import time. Tools never read
+    or write the runs folder, the service's files (``service_files``) or ``protected``."""
     return Runner(
         loaded=loaded,
         runs_dir=runs_dir or loaded.runs_dir,
         backends=Backends(loaded.config.llm, on_status=on_status),
         chat_factory=chat_factory,
+        protected=(*service_files(loaded), *protected),
         secrets=known_secrets(loaded) if secrets is None else secrets,
+    )
+
+
+def service_files(loaded: LoadedConfig) -> tuple[Path, ...]:
+    """The HTTP service's task database (first; with its WAL files) and token file: kept from
+    every run's tools, also a CLI run whose workspace holds them."""
+    serve = loaded.config.serve
+    database = (loaded.base_dir / serve.database).resolve()
+    return (
+        database,
+        database.with_name(database.name + "-wal"),
+        database.with_name(database.name + "-shm"),
+        Path(serve.token_file).expanduser().resolve(),
     )
 
 
@@ -474,5 +506,4 @@ def known_secrets(loaded: LoadedConfig, *also: str) -> Secrets:
     """What fabric never writes out: every backend's API key (whatever its ``api_key_env``
     variables are called), the environment's secret-looking variables, and ``also`` (e.g.
     the HTTP service's token)."""
-    names = [n for b in loaded.config.llm.backends.values() for n in getattr(b, "api_key_env", ())]
-    return Secrets.from_env(os.environ, names, also=also)
+    return Secrets.from_env(os.environ, loaded.config.llm.api_key_names, also=also)

@@ -20,7 +20,7 @@ from fabric.domain.models import ChatResponse, Message, ModelInfo
 from .anthropic_stream import Reply, count, parse_message, read_stream
 from .anthropic_wire import to_anthropic_messages, to_anthropic_tools, to_chat_response
 from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
-from .http_errors import BODY_LIMIT, status_error, transport_error
+from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
 from .text_tool_calls import apply_text_tool_calls
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -47,6 +47,7 @@ class AnthropicChatClient:
     ) -> None:
         self._model = model
         self._api_key = api_key
+        self._secrets = key_secrets(api_key)
         self._url = _root(base_url) + "/v1/messages"
         self._server = f"the Anthropic API at {_root(base_url)}"
         self._request_timeout = request_timeout
@@ -99,10 +100,13 @@ class AnthropicChatClient:
                     response.headers,
                     model=self._model,
                     server=self._server,
+                    secrets=self._secrets,
                 )
             if self._stream and "text/event-stream" in response.headers.get("content-type", ""):
                 lines = response.aiter_lines()
-                return await read_stream(lines, on_delta, model=self._model, server=self._server)
+                return await read_stream(
+                    lines, on_delta, model=self._model, server=self._server, secrets=self._secrets
+                )
             await response.aread()
             return parse_message(_json(response, self._server))
         finally:
@@ -126,6 +130,7 @@ class AnthropicCatalog:
     ) -> None:
         self._name = name
         self._api_key = api_key
+        self._secrets = key_secrets(api_key)
         self._url = _root(base_url) + "/v1/models"
         self._server = f"the Anthropic API at {_root(base_url)}"
         self._timeout = timeout
@@ -152,6 +157,7 @@ class AnthropicCatalog:
                         response.headers,
                         model="(listing models)",
                         server=self._server,
+                        secrets=self._secrets,
                     )
                 page = _json(response, self._server)
                 data = page.get("data") if isinstance(page, Mapping) else None

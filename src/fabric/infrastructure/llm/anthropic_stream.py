@@ -20,6 +20,7 @@ from fabric.application.ports import DeltaSink
 from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelError, ModelResponseError
 from fabric.domain.models import ChatDelta, ToolCall
+from fabric.domain.secrets import Secrets
 
 from .http_errors import BODY_LIMIT, status_error
 
@@ -132,13 +133,15 @@ class _Block:
 class _Stream:
     """The state of one streamed message while its events arrive."""
 
-    def __init__(self, on_delta: DeltaSink | None, *, model: str, server: str) -> None:
+    def __init__(
+        self, on_delta: DeltaSink | None, *, model: str, server: str, secrets: Secrets | None
+    ) -> None:
         self.reply = Reply()
         self.blocks: dict[int, _Block] = {}
         self.tools = 0
         self.started = self.stopped = False
         self._on_delta = on_delta
-        self._model, self._server = model, server
+        self._model, self._server, self._secrets = model, server, secrets
 
     def event(self, name: str, data: str) -> None:
         """One server-sent event: its ``event:`` name and its joined ``data:`` lines."""
@@ -214,7 +217,7 @@ class _Stream:
         pass
 
     def _on_error(self, payload: Mapping[str, Any]) -> None:
-        raise stream_error(payload, model=self._model, server=self._server)
+        raise stream_error(payload, model=self._model, server=self._server, secrets=self._secrets)
 
     def _text(self, block: _Block, text: str) -> None:
         block.text.append(text)
@@ -247,21 +250,31 @@ class _Stream:
         return reply
 
 
-def stream_error(payload: Mapping[str, Any], *, model: str, server: str) -> ModelError:
+def stream_error(
+    payload: Mapping[str, Any], *, model: str, server: str, secrets: Secrets | None = None
+) -> ModelError:
     """An ``error`` event (``{"type": "error", "error": {"type": ..., "message": ...}}``) as
-    the fabric error the same error sent as an HTTP reply would be."""
+    the fabric error the same error sent as an HTTP reply would be (``secrets`` as for
+    ``status_error``)."""
     error = payload.get("error")
     kind = error.get("type") if isinstance(error, Mapping) else None
     status = _ERROR_STATUS.get(str(kind), 500)
     body = json.dumps(payload, ensure_ascii=False)
-    return status_error(status, body, {}, model=model, server=f"{server} (in its stream)")
+    server = f"{server} (in its stream)"
+    return status_error(status, body, {}, model=model, server=server, secrets=secrets)
 
 
 async def read_stream(
-    lines: AsyncIterator[str], on_delta: DeltaSink | None, *, model: str, server: str
+    lines: AsyncIterator[str],
+    on_delta: DeltaSink | None,
+    *,
+    model: str,
+    server: str,
+    secrets: Secrets | None = None,
 ) -> Reply:
-    """Read server-sent events line by line until the stream ends."""
-    stream = _Stream(on_delta, model=model, server=server)
+    """Read server-sent events line by line until the stream ends; an error event's text
+    loses ``secrets`` (as for ``status_error``)."""
+    stream = _Stream(on_delta, model=model, server=server, secrets=secrets)
     name = ""
     data: list[str] = []
     async for line in lines:

@@ -26,6 +26,8 @@ from fabric.config.schema import (
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ModelInfo
 
+from .http import DeadlinedCatalog
+
 if TYPE_CHECKING:
     from .embedded import EmbeddedServer
 
@@ -75,6 +77,15 @@ class Backends:
         return self._llm.model_options.get(model) or ModelOptions()
 
     def catalog(self, name: str) -> ModelCatalog:
+        """What backend ``name`` offers; asking it has the same overall deadline as a model
+        request (``llm.timeouts.request``), so a server that trickles its model list cannot
+        hang a run before it starts."""
+        catalog, backend = self._catalog(name), self.settings(name)
+        if isinstance(backend, EmbeddedBackend):
+            return catalog  # a local file, no server to wait for
+        return DeadlinedCatalog(catalog, self._request_timeout, base_url_of(backend) or name)
+
+    def _catalog(self, name: str) -> ModelCatalog:
         backend = self.settings(name)
         if isinstance(backend, OllamaBackend):
             from .ollama import OllamaCatalog

@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fabric.config.schema import SECRET_NAME, EmbeddedBackend
+from fabric.config.schema import EmbeddedBackend
 from fabric.domain.errors import ModelConnectionError
 from fabric.domain.models import ModelInfo
+from fabric.domain.secrets import looks_secret
 
 from . import embedded_server
 from .gguf import cache_dir, locate_model, read_header
@@ -120,7 +121,7 @@ class EmbeddedServer:
         settings = self._settings
         started = time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
+        env = {k: v for k, v in os.environ.items() if not looks_secret(k)}
         env[embedded_server.KEY_ENV] = self.api_key
         with self.log_path.open("ab") as log:
             self._proc = await asyncio.create_subprocess_exec(

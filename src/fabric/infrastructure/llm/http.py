@@ -18,11 +18,14 @@ import ipaddress
 import json
 import ssl
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
 
+from fabric.application.ports import ModelCatalog
 from fabric.domain.errors import ModelTimeoutError
+from fabric.domain.models import ModelInfo
 
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 DEFAULT_REQUEST_TIMEOUT = 900.0
@@ -96,3 +99,20 @@ async def within_deadline(request: Awaitable[T], seconds: float, url: str) -> T:
             "llm.timeouts.request in fabric.yaml; otherwise check the model server (its log "
             "and load), or use a smaller or faster model",
         ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlinedCatalog:
+    """A model catalog whose listing (which may start a local server) must end within
+    ``seconds``, like any model request."""
+
+    inner: ModelCatalog
+    seconds: float
+    url: str
+
+    @property
+    def backend(self) -> str:
+        return self.inner.backend
+
+    async def list_models(self) -> list[ModelInfo]:
+        return await within_deadline(self.inner.list_models(), self.seconds, self.url)

@@ -123,9 +123,10 @@ def status_error(
     secrets: Secrets | None = None,
 ) -> ModelError:
     """An HTTP error reply mapped to the fabric error a user can act on. ``secrets`` (default:
-    the secret-looking environment variables, which include the usual API key variables) are
-    redacted from the body and the message, before the body is cut short."""
-    known = _known() if secrets is None else secrets
+    the secret-looking environment variables, which include the usual API key variables; an
+    adapter passes ``key_secrets(its key)``) are redacted from the body and the message,
+    before the body is cut short."""
+    known = key_secrets(None) if secrets is None else secrets
     body = _scrub(body, known)
     text = body[:BODY_LIMIT]
     reason = _scrub(_reason(body), known)  # the JSON decoded may spell a key with escapes
@@ -194,8 +195,10 @@ def status_error(
     )
 
 
-def _known() -> Secrets:
-    return Secrets.from_env(os.environ)
+def key_secrets(api_key: str | None) -> Secrets:
+    """What an adapter's errors never show: its own API key, whatever variable it was read
+    from, and the values of the secret-looking environment variables."""
+    return Secrets.from_env(os.environ, also=(api_key,) if api_key else ())
 
 
 def _scrub(text: str, secrets: Secrets) -> str:

@@ -24,7 +24,7 @@ from fabric.domain.errors import ModelResponseError
 from fabric.domain.models import ModelInfo
 
 from .http import model_client
-from .http_errors import BODY_LIMIT, status_error, transport_error
+from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
 
 
 class OpenAICatalog:
@@ -42,6 +42,7 @@ class OpenAICatalog:
         self._name = name
         self._url = base_url.rstrip("/") + "/models"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._secrets = key_secrets(api_key)
         self._timeout = timeout
         self._transport = transport
 
@@ -72,6 +73,7 @@ class OpenAICatalog:
                 reply.headers,
                 model="(listing models)",
                 server=f"backend {self._name!r} ({self._url})",
+                secrets=self._secrets,
             )
         try:
             entries = reply.json()["data"]

@@ -31,7 +31,7 @@ from fabric.domain.models import (
 )
 
 from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
-from .http_errors import BODY_LIMIT, status_error, transport_error
+from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
 from .openai_catalog import OpenAICatalog
 from .openai_stream import StreamAccumulator, sse_data
 from .text_tool_calls import apply_text_tool_calls, tool_call_schema
@@ -72,6 +72,7 @@ class OpenAIChatClient:
         self._stream = stream
         self._text_tool_calls = text_tool_calls
         self._constrained = constrained_tool_calls
+        self._secrets = key_secrets(api_key)  # redacted from the errors it raises
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = model_client(base_url, timeout=timeout, headers=headers, transport=transport)
 
@@ -129,7 +130,7 @@ class OpenAIChatClient:
                 if reply.status_code >= 400:
                     raise self._status_error(reply)
                 return _replayed(parse_completion(self._json(reply)), on_delta)
-            stream = StreamAccumulator(on_delta, model=self._model)
+            stream = StreamAccumulator(on_delta, model=self._model, secrets=self._secrets)
             async for event in sse_data(reply.aiter_lines()):
                 stream.feed(event)
                 if stream.done:
@@ -155,6 +156,7 @@ class OpenAIChatClient:
             reply.headers,
             model=self._model,
             server="the model server",
+            secrets=self._secrets,
         )
 
     def _json(self, reply: httpx.Response) -> Any:

@@ -23,8 +23,9 @@ from typing import Any
 from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelError
 from fabric.domain.models import ChatDelta
+from fabric.domain.secrets import Secrets
 
-from .http_errors import BODY_LIMIT, status_error
+from .http_errors import status_error
 
 _MAX_WARNINGS = 10
 _STATUS_BY_CODE = {
@@ -78,9 +79,12 @@ class _Call:
 class StreamAccumulator:
     """Joins stream chunks into one completion body, passing each piece to ``on_delta``."""
 
-    def __init__(self, on_delta: DeltaSink | None, *, model: str) -> None:
+    def __init__(
+        self, on_delta: DeltaSink | None, *, model: str, secrets: Secrets | None = None
+    ) -> None:
         self._on_delta = on_delta
         self._requested_model = model
+        self._secrets = secrets
         self._text: list[str] = []
         self._calls: list[_Call] = []
         self._by_index: dict[int, _Call] = {}
@@ -110,7 +114,7 @@ class StreamAccumulator:
             self._skip("a chunk that is not a JSON object", data)
             return
         if chunk.get("error") or chunk.get("object") == "error":
-            raise stream_error(chunk, self._requested_model)
+            raise stream_error(chunk, self._requested_model, self._secrets)
         if isinstance(chunk.get("model"), str) and chunk["model"]:
             self._model = chunk["model"]
         if isinstance(chunk.get("usage"), Mapping):
@@ -248,9 +252,12 @@ class StreamAccumulator:
         self.warnings.append(text)
 
 
-def stream_error(chunk: Mapping[str, Any], model: str) -> ModelError:
+def stream_error(
+    chunk: Mapping[str, Any], model: str, secrets: Secrets | None = None
+) -> ModelError:
     """An error event (``{"error": {...}}`` or vLLM's ``{"object": "error", ...}``) as the
-    model error its code stands for; an unknown code counts as a server failure (500)."""
+    model error its code stands for; an unknown code counts as a server failure (500).
+    ``secrets`` as for ``status_error``."""
     inner = chunk.get("error")
     error: Mapping[str, Any] = inner if isinstance(inner, Mapping) else chunk
     status = 500
@@ -262,5 +269,6 @@ def stream_error(chunk: Mapping[str, Any], model: str) -> ModelError:
         if isinstance(value, str) and value.lower() in _STATUS_BY_CODE:
             status = _STATUS_BY_CODE[value.lower()]
             break
-    body = json.dumps(chunk, ensure_ascii=False)[:BODY_LIMIT]
-    return status_error(status, body, {}, model=model, server="the model server (mid-stream)")
+    body = json.dumps(chunk, ensure_ascii=False)  # cut short once redacted (status_error)
+    server = "the model server (mid-stream)"
+    return status_error(status, body, {}, model=model, server=server, secrets=secrets)

@@ -24,12 +24,17 @@ from importlib.abc import PathEntryFinder
 from importlib.machinery import FileFinder, ModuleSpec, SourceFileLoader
 from types import CodeType
 
+from .run_ledger import REFUSAL_HINT, refusal, written_during_a_run
+
 ALWAYS = frozenset({"fabric", "packs"})
 """Top-level names open folders may always provide: fabric itself (an editable install) and
 the pack folders."""
 
 _allowed: set[str] = set(ALWAYS)
 _open: set[str] = set()
+_trusted: list[str] = []
+_FABRIC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+"""fabric's own package folder: host code, read-only for runs, imported as usual."""
 STARTUP_PATH = tuple(sys.path[1:])
 """The import path as the interpreter set it up before this module was first imported (the
 ``fabric`` command imports it first): the folders ``sitecustomize`` and ``usercustomize`` were
@@ -46,16 +51,18 @@ class SourceOnlyLoader(SourceFileLoader):
 
 
 class GuardedFinder(PathEntryFinder):
-    """The finder for one open folder: only allowed top-level names, only from source."""
+    """The finder for one open folder (``top``: only allowed top-level names) or a package
+    folder inside one: only from source, never a file a run may have written."""
 
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
+    def __init__(self, folder: str, *, top: bool = True) -> None:
+        self.folder, self.top = folder, top
         self._files = FileFinder(folder, (SourceOnlyLoader, [".py"]))
 
     def find_spec(self, fullname: str, target: object = None) -> ModuleSpec | None:
-        if "." in fullname or fullname not in _allowed:
+        name = fullname.rpartition(".")[2]
+        if self.top and ("." in fullname or fullname not in _allowed):
             return None
-        package = os.path.join(self.folder, fullname)
+        package = os.path.join(self.folder, name)
         module = package + ".py"
         if os.path.isdir(package) and os.path.lexists(module):
             raise ImportError(
@@ -63,7 +70,12 @@ class GuardedFinder(PathEntryFinder):
                 f"yours (a run may have written one of them): delete the one you did not write",
                 name=fullname,
             )
-        return self._files.find_spec(fullname)
+        spec = self._files.find_spec(fullname)
+        origin = spec.origin if spec is not None and spec.has_location else None
+        window = written_during_a_run(origin) if origin else None
+        if origin and window is not None:
+            raise ImportError(f"{refusal(origin, window)}; {REFUSAL_HINT}", name=fullname)
+        return spec
 
     def invalidate_caches(self) -> None:
         self._files.invalidate_caches()
@@ -91,6 +103,10 @@ def _hook(entry: str) -> PathEntryFinder:
     folder = os.path.realpath(entry or os.getcwd())
     if entry in _open or folder in _open:
         return GuardedFinder(folder)
+    inside = any(folder.startswith(f.rstrip(os.sep) + os.sep) for f in _open if os.path.isabs(f))
+    own = [_FABRIC, *_trusted]  # fabric's source and a virtualenv may lie in an open folder
+    if inside and is_open(folder, own):
+        return GuardedFinder(folder, top=False)  # a package's folder inside an open one
     raise ImportError("not an open folder")  # the next path hook handles it
 
 
@@ -98,6 +114,7 @@ def guard(entries: Iterable[str] = (), names: Iterable[str] = ()) -> None:
     """Guard ``entries`` (default: every open entry of ``sys.path`` now) and allow ``names``
     as top-level modules from them. Idempotent; later calls add folders and names."""
     roots = trusted_roots()
+    _trusted[:] = roots
     chosen = list(entries) if entries else [e for e in sys.path if is_open(e, roots)]
     _allowed.update(names)
     if _hook not in sys.path_hooks:

@@ -3,10 +3,12 @@
 ``follow_runlog`` tails ``runlog.jsonl`` by byte offset (each poll reads only what was appended),
 yields every complete line as an event, and stops after ``run_finished`` or, for a run that
 ended without one (interrupted, crashed), once the caller says the run is over and a last read
-found nothing more. A partial last line is kept until its newline arrives; a torn last line of
-a crashed run is never yielded. A resume replaces the file once (``JsonlRunLog.reopen``: the
-same lines, its end left out, the new ones after): the follower notices the new file and reads
-it from the start, by ``seq``, so nothing is lost or sent twice. ``runlog_snapshot`` gives the
+found nothing more (the service, where a finished task may be resumed, stops only then). A
+partial last line is kept until its newline arrives; a torn last line of a crashed run is never
+yielded. A resume replaces the file once (``JsonlRunLog.reopen``: the same lines, its end
+replaced by ``run_resumed`` with the end's seq, the new ones after): the follower notices the
+new file and reads it from the start, by ``seq``, so nothing is lost or sent twice; the
+``run_resumed`` comes after the end it replaced. ``runlog_snapshot`` gives the
 complete lines as they are now. Used by ``fabric show --follow`` and the HTTP service's event
 stream and runlog download.
 """
@@ -30,6 +32,8 @@ async def follow_runlog(
     *,
     after: int = -1,
     is_over: Callable[[], bool],
+    resumable: bool = False,
+    saw_end: bool = False,
     poll: float = 0.1,
     wake: asyncio.Event | None = None,
     heartbeat: float | None = 15.0,
@@ -43,9 +47,17 @@ async def follow_runlog(
       past it), or when ``is_over()`` is true and a read made after asking it found no new
       complete line: the run ended without ``run_finished`` (interrupted or crashed) or never
       started. A ``run_finished`` followed by more lines (a log resumed by an earlier fabric,
-      which kept the first end) is passed like any event.
+      which kept the first end) is passed like any event. With ``resumable`` (the service: a
+      task may be resumed while it is followed, and ``is_over`` knows whether it was), a
+      ``run_finished`` ends nothing: only ``is_over`` does, so a follower that opened the log
+      between a resume request and the resumed run's first line reads on into the resumed run.
     - When the file at ``path`` is replaced (a resume rewrote the log) or gets shorter, it is
-      read again from its start; ``seq`` says what was yielded already.
+      read again from its start; ``seq`` says what was yielded already, except that the
+      ``run_resumed`` a resume wrote in place of an end (its seq, with ``ended``) comes after
+      that end: it is yielded when the line read at its seq before was the end. ``saw_end``:
+      the caller may have seen the line at ``after`` as such an end (an SSE client's
+      ``Last-Event-ID`` is only a seq); a ``run_resumed`` found there is yielded too, a second
+      time if the caller had seen that one.
     - Heartbeat: when nothing new arrived for ``heartbeat`` seconds, yields ``None`` so the
       caller can send a keep-alive (e.g. ``sse_comment("ping")``) and refresh what ``is_over``
       reads. ``heartbeat=None`` never yields ``None``; ``0`` yields it after every idle poll.
@@ -56,6 +68,7 @@ async def follow_runlog(
         raise ValueError(f"poll must be a positive number of seconds, got {poll!r}")
     loop = asyncio.get_running_loop()
     offset, pending, file_id, ended = 0, b"", None, False
+    at_end = saw_end  # the line at seq ``after``, as last read, was (or may have been) an end
     last_yield = loop.time()
     while True:
         # Asked before reading: if the task was already over, this read saw its last line.
@@ -72,16 +85,19 @@ async def follow_runlog(
             event = _parse(line)
             if event is None:
                 continue
-            if event["seq"] > after:
-                after = event["seq"]
+            seq, kind = event["seq"], event.get("kind")
+            if seq > after or (seq == after and at_end and _replaced_an_end(event)):
+                after = seq
                 yield event
                 yielded = True
                 last_yield = loop.time()
-            ended = event.get("kind") == "run_finished"
+            if seq == after:
+                at_end = kind == "run_finished"
+            ended = kind == "run_finished"
         if len(chunk) == _CHUNK:  # more is waiting: read on before any wait or verdict
             await asyncio.sleep(0)
             continue
-        if ended or over:
+        if over or (ended and not resumable):
             return
         if not yielded and heartbeat is not None and loop.time() - last_yield >= heartbeat:
             yield None
@@ -164,6 +180,11 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     if not isinstance(seq, int) or isinstance(seq, bool):
         return None
     return event
+
+
+def _replaced_an_end(event: dict[str, Any]) -> bool:
+    """Whether the event is the ``run_resumed`` a resume wrote in place of an end (ADR 0010)."""
+    return event.get("kind") == "run_resumed" and "ended" in event
 
 
 async def _wait(poll: float, wake: asyncio.Event | None) -> None:

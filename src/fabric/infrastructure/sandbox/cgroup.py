@@ -6,12 +6,17 @@ cgroup v2 is used where fabric's own cgroup may have children with the ``pids`` 
 ``memory`` controllers (the root cgroup, or a delegated subtree); otherwise the v1 ``pids``
 and ``memory`` hierarchies. Where neither is writable (an unprivileged user without
 delegation), commands still get their rlimits, and ``fabric doctor`` says so.
+
+Each cgroup is named ``fabric-<pid>-<random>`` after the fabric process that made it, which
+removes it after the command. A fabric killed with SIGKILL cannot: the next fabric process to
+make a cgroup removes those left empty by processes no longer alive.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 from dataclasses import dataclass
@@ -19,6 +24,7 @@ from functools import cache
 from pathlib import Path
 
 _ROOT = Path("/sys/fs/cgroup")
+_NAME = re.compile(r"fabric-(\d+)-[0-9a-f]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,7 @@ def create(processes: int, memory_bytes: int) -> CommandCgroup | None:
     where = layout()
     if where is None:
         return None
+    _remove_stale(where)
     name = f"fabric-{os.getpid()}-{secrets.token_hex(4)}"
     folders: list[Path] = []
     try:
@@ -132,6 +139,30 @@ def create(processes: int, memory_bytes: int) -> CommandCgroup | None:
         CommandCgroup(where.version, tuple(folders)).remove()
         return None
     return CommandCgroup(where.version, tuple(folders))
+
+
+@cache
+def _remove_stale(where: CgroupLayout) -> None:
+    """Once per process: remove the cgroups that fabric processes no longer alive left behind
+    (killed with SIGKILL, they could not). ``rmdir`` removes only an empty cgroup, so one that
+    still holds a process stays; so does one whose creator's pid now names another process."""
+    parents = {where.pids_parent, where.memory_parent}  # the same folder for v2
+    for parent in (p for p in parents if p is not None):
+        for folder in parent.glob("fabric-*"):
+            found = _NAME.fullmatch(folder.name)
+            if found and not _alive(int(found[1])):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: another user's process
+        pass
+    return True
 
 
 def describe() -> str | None:

@@ -32,6 +32,8 @@ _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SEL
 _PR_CAPBSET_DROP, _PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS = 24, 22, 38
 _PR_SET_CHILD_SUBREAPER, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
 _PR_SET_PDEATHSIG = 1
+LAUNCHER_GONE = 137
+"""Pid 1's exit status when the launcher died before pid 1 could tie its life to it."""
 _SECCOMP_MODE_FILTER = 2
 _O_PATH = 0o10000000
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
@@ -354,25 +356,36 @@ def supervise(spec: dict[str, Any], on_failure: Callable[[str], NoReturn]) -> No
         signal.signal(signum, stop)
     if spec.get("private_mounts"):
         new_pid_namespace()
+    alive, held = os.pipe()  # held open by this launcher alone: EOF once it is gone
     child = os.fork()
     if child == 0:
         for signum in _STOP:
             signal.signal(signum, signal.SIG_DFL)
+        os.close(held)
         if spec.get("private_mounts"):
-            _init(spec)
+            _init(spec, alive)
+        os.close(alive)
         _confine_and_exec(spec)
+    os.close(alive)
     status = _wait_for(child)
     kill_everything()
     os._exit(status)
 
 
-def _init(spec: dict[str, Any]) -> NoReturn:
+def _init(spec: dict[str, Any], alive: int) -> NoReturn:
     """Pid 1 of the command's pid namespace: private mounts and a fresh /proc, then the
     command; reap every process re-parented here, and exit with the command's status when it
     ends (the kernel then kills the rest of the namespace). Signals from inside the namespace
     cannot reach it: pid 1 gets only those it has a handler for, and it has none. Should the
     launcher die (SIGKILL), the kernel kills pid 1, and with it the whole namespace."""
     _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    os.set_blocking(alive, False)
+    try:  # the launcher died before the line above: no signal will come, so stop here
+        if os.read(alive, 1) == b"":
+            os._exit(LAUNCHER_GONE)
+    except BlockingIOError:
+        pass  # still there: from now on its death kills this namespace
+    os.close(alive)
     private_mounts(spec["private_mounts"])
     mount_proc()
     command = os.fork()

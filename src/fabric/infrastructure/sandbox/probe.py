@@ -49,9 +49,11 @@ class HostReport:
     root: bool
     landlock_namespaces: bool = False
     """Whether Landlock commands get namespaces of their own (mount and pid; a user namespace
-    when not root), hence private mounts and a /proc without host processes. Root gets them or
-    no Landlock at all; without root, where the kernel refuses user namespaces, Landlock runs
-    alone (ADR 0012 lists what that leaves open)."""
+    when not root), hence private mounts (host code in the workspace kept read-only, ADR 0013)
+    and a /proc without host processes. Root gets them or no Landlock at all; without root,
+    where the kernel refuses user namespaces, Landlock runs alone: a workspace holding host
+    code is then refused (ADR 0012 lists what else that leaves open). ``fabric doctor`` shows
+    it."""
 
     def backend(self, choice: str) -> Backend:
         """The backend for a pack's ``sandbox.confinement``; SandboxError when that cannot

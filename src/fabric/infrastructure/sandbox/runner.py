@@ -289,7 +289,9 @@ def _read_capped(out: IO[bytes]) -> str:
 
 
 def _processes_of(uid: int) -> int:
-    """Tasks (processes and their threads) of ``uid`` now: RLIMIT_NPROC counts both."""
+    """Tasks (processes and their threads) of ``uid`` now: RLIMIT_NPROC counts both, and
+    zombies too (the kernel releases a task's count only when its parent reaps it), so they
+    are counted here: left out, they would take their share of ``resources.processes``."""
     count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():

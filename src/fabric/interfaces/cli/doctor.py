@@ -33,6 +33,7 @@ def gather(loaded: LoadedConfig) -> dict[str, Any]:
             "abi": host.landlock_abi,
             "works": host.landlock_error is None,
             "error": host.landlock_error,
+            "namespaces": host.landlock_namespaces,
         },
         "seccomp": host.seccomp,
         "cgroup": host.cgroup,
@@ -81,6 +82,13 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
     landlock = report["landlock"]
     if landlock["works"]:
         line(f"  Landlock     works (ABI {landlock['abi']}) with the seccomp filter")
+        pad = " " * 15
+        if landlock["namespaces"]:
+            line(f"{pad}in namespaces of its own: host code in a workspace stays read-only")
+        else:  # only without root: root gets namespaces or no Landlock (ADR 0012)
+            line(f"{pad}without namespaces (user namespaces are refused here): it cannot keep")
+            line(f"{pad}host code in a workspace read-only (such runs are refused), nor hide")
+            line(f"{pad}host processes from commands; bubblewrap can")
     else:
         line(f"  Landlock     unavailable: {landlock['error']}")
     line(

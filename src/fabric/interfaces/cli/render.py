@@ -109,11 +109,10 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
     if kind in POLICY_KINDS:
         call = pending.get(str(event.get("call_id")), {})
         return describe_policy(event, short_args(call.get("arguments", "")))
+    if kind == "run_resumed":
+        return f"resumed at step {event.get('from_step')} ({_resumed_after(event)})"
     if kind == "run_finished":
-        line = (
-            f"{event['status']} after {event['steps']} step(s) · {_tokens(event.get('usage'))} · "
-            f"{event.get('duration_s', 0):.1f} s{_cost(event.get('cost'))}"
-        )
+        line = _outcome(event)
         error = event.get("error")
         if error:
             line += f"\n{error.get('message', '')}"
@@ -121,6 +120,25 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
                 line += f"\n  hint: {error['hint']}"
         return line
     return None
+
+
+def _outcome(end: Mapping[str, Any]) -> str:
+    """``max_steps after 2 step(s) · 1,234 tokens · 0.5 s``: how a run ended, on one line."""
+    return (
+        f"{end.get('status')} after {end.get('steps')} step(s) · {_tokens(end.get('usage'))} · "
+        f"{end.get('duration_s', 0):.1f} s{_cost(end.get('cost'))}"
+    )
+
+
+def _resumed_after(event: Mapping[str, Any]) -> str:
+    """What a ``run_resumed`` took over from: the end it replaced (``ended``, ADR 0010), a
+    run that had no end, or (a log an earlier fabric resumed) the end still just above."""
+    ended = event.get("ended")
+    if isinstance(ended, Mapping):
+        return f"it had ended: {_outcome(ended)}"
+    if event.get("reason") == "interrupted":
+        return "it had been interrupted"
+    return f"after {event.get('reason')}"
 
 
 def _cost(cost: Mapping[str, Any] | None) -> str:

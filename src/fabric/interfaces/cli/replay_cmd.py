@@ -50,7 +50,7 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
     run_id = new_run_id()
     try:
         commands = _commands(runner, loaded_pack, workspace) if live else None
-        runlog = JsonlRunLog(runner.runs_dir, run_id)
+        runlog = JsonlRunLog(runner.runs_dir, run_id, secrets=runner.secrets)
     except OSError as exc:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -17,15 +17,16 @@ import uvicorn
 
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError
+from fabric.domain.secrets import Secrets
 from fabric.interfaces.http.service import TaskService
 
 
-def configure_logging(secrets: list[str]) -> None:
-    """structlog JSON lines on stderr; the API token and keys never reach them."""
-    from fabric.interfaces.http.security import redact
+def configure_logging(secrets: Secrets) -> None:
+    """structlog JSON lines on stderr; ``secrets`` (the API token and keys) never reach them."""
 
     def scrub(_: object, __: str, event: MutableMapping[str, Any]) -> Mapping[str, Any]:
-        return {k: redact(v, secrets) if isinstance(v, str) else v for k, v in event.items()}
+        scrubbed: Mapping[str, Any] = secrets.redact_obj(event)
+        return scrubbed
 
     structlog.configure(
         processors=[
@@ -42,7 +43,7 @@ def configure_logging(secrets: list[str]) -> None:
 
 def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> None:
     from fabric.interfaces.http.app import create_app
-    from fabric.interfaces.http.security import check_bind, load_or_create_token
+    from fabric.interfaces.http.tokens import check_bind, load_or_create_token
 
     settings = loaded.config.serve
     bind_host = host or settings.host
@@ -54,19 +55,15 @@ def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> 
     )
     check_bind(bind_host, source)
     lock = _lock((loaded.base_dir / settings.database).resolve())  # held while we serve
-    keys = [
-        os.environ[name]
-        for backend in loaded.config.llm.backends.values()
-        for name in getattr(backend, "api_key_env", ())
-        if os.environ.get(name)
-    ]
-    configure_logging([token, *keys])
     if host and host != settings.host:
         settings = settings.model_copy(
             update={"allowed_hosts": [*settings.allowed_hosts, host], "host": host}
         )
         loaded = _with_serve(loaded, settings)
     app = create_app(loaded, token=token)
+    # The secrets the service keeps out of its answers and runlogs (``known_secrets(loaded,
+    # token)``, built once by create_app) are kept out of its log lines too.
+    configure_logging(app.state.service.runner.secrets)
     sys.stderr.write(
         f"fabric serve on http://{_url_host(bind_host)}:{bind_port} (token: {source}); "
         "stop with Ctrl-C or SIGTERM\n"

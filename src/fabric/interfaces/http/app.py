@@ -27,13 +27,14 @@ from fabric.domain.secrets import Secrets
 from fabric.domain.tasks import QUEUED, STATUSES, TaskRecord
 from fabric.infrastructure.runlog.tail import follow_runlog, runlog_snapshot
 from fabric.infrastructure.tasks import SqliteTaskStore
-from fabric.interfaces.compose import build_runner, known_secrets
+from fabric.interfaces.compose import build_runner, known_secrets, service_files
 
 from .approvals import ApprovalIn
 from .events import last_event_id, queued_note, sse_comment, sse_event
 from .executor import LocalExecutor
+from .redaction import RedactSecrets
 from .resume import requeue
-from .security import BearerAuth, BodyLimit, HostCheck, RedactSecrets
+from .security import BearerAuth, BodyLimit, HostCheck
 from .service import NotFound, TaskService
 from .shapes import ResumeIn, TaskIn, error_response, status_of, task_json
 
@@ -44,17 +45,13 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     """The ASGI app for one config; nothing runs until the app starts (lifespan)."""
     settings = loaded.config.serve
     secrets = known_secrets(loaded, token)  # never in a response, a runlog or an artifact
-    runner = build_runner(loaded, secrets=secrets)
-    database = (loaded.base_dir / settings.database).resolve()
-    store = SqliteTaskStore(database)
-    # Tasks' file tools must not read other clients' tasks or rewrite what the server runs.
-    runner.protected = (
-        database,
-        database.with_name(database.name + "-wal"),
-        database.with_name(database.name + "-shm"),
-        *([Path(loaded.source).resolve()] if Path(loaded.source).is_file() else []),
-        Path(settings.token_file).expanduser().resolve(),  # where `fabric serve` keeps it
+    # Tasks' file tools must not read other clients' tasks (the service's files are protected
+    # for every runner) nor, here, the config the server runs with.
+    config = Path(loaded.source)
+    runner = build_runner(
+        loaded, secrets=secrets, protected=(config.resolve(),) if config.is_file() else ()
     )
+    store = SqliteTaskStore(service_files(loaded)[0])
     roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
     service = TaskService(
         runner, store, workspace_roots=roots, max_task_chars=settings.max_task_chars
@@ -227,10 +224,16 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
             try:
                 if record.status == QUEUED:  # a comment: clients see it, SSE readers skip it
                     yield sse_comment(queued_note(service.waiting_for(task_id)))
+                # The stream ends when the task is no longer queued or running here, not at a
+                # run_finished: a resumed task's log ends with the old one until it goes on.
+                # Last-Event-ID is only a seq: the client may have seen there the end that a
+                # resume has since replaced by run_resumed, which it then gets (ADR 0010).
                 async for event in follow_runlog(
                     service.runlog_path(task_id),
                     after=last_event_id(last_event),
                     is_over=lambda: not service.is_live(task_id),
+                    resumable=True,
+                    saw_end=True,
                     wake=wake,
                 ):
                     if event is None:

@@ -8,7 +8,10 @@ SSE wire format (one message per runlog line)::
     data: <the whole event as compact JSON, one line>
 
 A client that reconnects sends the last ``id`` it saw as ``Last-Event-ID``; ``last_event_id``
-turns it into ``after`` so the stream resumes with the next line: no gap, no duplicate.
+turns it into ``after`` so the stream resumes with the next line: no gap, no duplicate. One
+exception (ADR 0010): a resume puts ``run_resumed`` in place of the run's end, with its seq;
+at that id the stream resumes with the ``run_resumed``, which a client that had got it gets
+twice, with the same id.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Stack them with the Host check outermost, then the body limit, then the token ch
 look at the request; responses, Server-Sent Events included, pass through message by message.
 Every refusal is the service's JSON error shape ``{"error": {"code", "message", "details"}}``.
 
-The token is only read from the ``Authorization`` header, never from the query string: URLs end
+The token itself (made, kept, checked) is in ``tokens.py``. It is only read from the
+``Authorization`` header, never from the query string: URLs end
 up in proxy and access logs and in browser history. A browser ``EventSource`` cannot set
 headers, so SSE clients use a fetch-based reader (or any HTTP client) that sends the header.
 """
@@ -16,17 +17,14 @@ headers, so SSE clients use a fetch-based reader (or any HTTP client) that sends
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
-import os
 import re
-import secrets
-from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any
 
 from fabric.domain.errors import ConfigError
-from fabric.domain.secrets import Secrets
+
+from .tokens import check_token
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -34,10 +32,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-MIN_TOKEN_LENGTH = 16
-ENV_SOURCE = "environment variable"
-"""How ``load_or_create_token``'s source starts when the token came from the environment."""
-_MAKE_ONE = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 _GUARDED = ("http", "websocket")
 
 
@@ -259,183 +253,3 @@ class BodyLimit:
         headers = [(b"connection", b"close")]  # the unread rest must not be taken for a request
         details = {"max_depth": self.max_depth}
         await send_error(send, 400, "body_too_deep", message, details=details, headers=headers)
-
-
-_TEXT_TYPES = (b"application/json", b"application/x-ndjson", b"text/")
-
-
-class RedactSecrets:
-    """Every whole response body of text or JSON leaves without the service's ``secrets``
-    (its token, the API keys, secret-looking environment values), with its Content-Length
-    set again: task documents, errors (the guards' refusals too, when this one is outside
-    them), model listings. A streamed body (events, the runlog download) is its endpoint's to
-    redact (``Secrets.redact_lines``); it goes through as it is."""
-
-    def __init__(self, app: ASGIApp, *, secrets: Secrets) -> None:
-        self.app = app
-        self._secrets = secrets
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._secrets:
-            await self.app(scope, receive, send)
-            return
-        held: Message | None = None  # the response start, until the body shows what it is
-
-        async def redacting_send(message: Message) -> None:
-            nonlocal held
-            if message["type"] == "http.response.start" and _is_text(message):
-                held = message
-                return
-            if held is not None:
-                start, held = held, None
-                if message["type"] == "http.response.body" and not message.get("more_body"):
-                    body = self._redact(message.get("body", b""), start)
-                    start = {**start, "headers": _with_length(start.get("headers", ()), body)}
-                    message = {**message, "body": body}
-                await send(start)
-            await send(message)
-
-        await self.app(scope, receive, redacting_send)
-
-    def _redact(self, body: bytes, start: Message) -> bytes:
-        text = body.decode("utf-8", "surrogateescape")
-        json_body = _header(start, b"content-type").startswith(b"application/json")
-        safe = self._secrets.redact_json(text) if json_body else self._secrets.redact(text)
-        return body if safe is text else safe.encode("utf-8", "surrogateescape")
-
-
-def _header(message: Message, name: bytes) -> bytes:
-    return next((v for k, v in message.get("headers", ()) if k.lower() == name), b"").lower()
-
-
-def _is_text(start: Message) -> bool:
-    return _header(start, b"content-type").startswith(_TEXT_TYPES)
-
-
-def _with_length(headers: Any, body: bytes) -> list[tuple[bytes, bytes]]:
-    kept = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-    return [*kept, (b"content-length", b"%d" % len(body))]
-
-
-# --- the token -------------------------------------------------------------------------------
-
-
-def check_token(token: str, where: str) -> None:
-    """Refuse tokens too short to resist guessing, or that cannot travel in a header."""
-    if len(token) < MIN_TOKEN_LENGTH:
-        raise ConfigError(
-            f"The API token from {where} is {len(token)} characters long; "
-            f"it needs at least {MIN_TOKEN_LENGTH}.",
-            hint=f"Use a random one: {_MAKE_ONE}",
-        )
-    if not all(33 <= ord(c) <= 126 for c in token):
-        raise ConfigError(
-            f"The API token from {where} has spaces, control or non-ASCII characters, "
-            "which an Authorization header cannot carry.",
-            hint=f"Use a random one: {_MAKE_ONE}",
-        )
-
-
-def load_or_create_token(*, env: Mapping[str, str], env_name: str, path: Path) -> tuple[str, str]:
-    """The API token and where it came from: ``env_name`` if set, else the token file, else a
-    new random token written to that file (owner-only). Errors never contain the token."""
-    if from_env := env.get(env_name, "").strip():
-        check_token(from_env, f"${env_name}")
-        return from_env, f"{ENV_SOURCE} {env_name}"
-    if path.exists() or path.is_symlink():
-        return _read_token_file(path), f"file {path}"
-    token = secrets.token_urlsafe(32)
-    try:
-        _write_token_file(path, token)
-    except FileExistsError:  # another server created it meanwhile: share its token
-        return _read_token_file(path), f"file {path}"
-    except OSError as exc:
-        raise ConfigError(
-            f"Could not write a new API token to {path}: {exc.strerror or exc}.",
-            hint=f"Set {env_name}, or point the token file setting at a writable place.",
-        ) from exc
-    return token, f"generated, stored in {path} (owner-only)"
-
-
-def _read_token_file(path: Path) -> str:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, encoding="utf-8") as file:
-            info = os.fstat(file.fileno())
-            token = file.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(
-            f"Could not read the API token file {path}: {reason}.",
-            hint="It must be a text file you own, not a symlink; delete it to get a new token.",
-        ) from exc
-    if os.name == "posix" and info.st_mode & 0o077:
-        raise ConfigError(
-            f"The API token file {path} is open to other users (mode {info.st_mode & 0o777:o}).",
-            hint=f"Make it owner-only: chmod 600 {path}",
-        )
-    if os.name == "posix" and info.st_uid != os.getuid():
-        raise ConfigError(
-            f"The API token file {path} belongs to another user.",
-            hint="Use a token file you own, or delete this one to have a new one generated.",
-        )
-    if not token:
-        raise ConfigError(
-            f"The API token file {path} is empty.",
-            hint="Delete it to have a new token generated, or write a token into it.",
-        )
-    check_token(token, str(path))
-    return token
-
-
-def _write_token_file(path: Path, token: str) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(token + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-    except BaseException:
-        path.unlink(missing_ok=True)  # never leave an empty or partial token behind
-        raise
-
-
-def is_loopback_host(host: str) -> bool:
-    """127.0.0.0/8, ::1 (also IPv4-mapped, also in brackets) and ``localhost``."""
-    host = host.strip().strip("[]").lower().removesuffix(".")
-    if host == "localhost":
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
-
-
-def check_bind(host: str, token_source: str, *, env_name: str = "FABRIC_API_TOKEN") -> None:
-    """Refuse to listen beyond this machine (a non-loopback address, or all of them with
-    0.0.0.0 / ::) unless the token was set on purpose in the environment: a token generated
-    into a local file is not enough to expose the service."""
-    if is_loopback_host(host) or token_source.startswith(ENV_SOURCE):
-        return
-    bare = host.strip().strip("[]")
-    try:
-        everywhere = not bare or ipaddress.ip_address(bare).is_unspecified
-    except ValueError:
-        everywhere = False
-    where = f"every network interface ({bare or 'all'})" if everywhere else host
-    raise ConfigError(
-        f"Refusing to listen on {where}: that exposes the service to other machines, and its "
-        f"token was not set on purpose ({token_source}).",
-        hint=f"Set {env_name} to a long random token you share with the clients, "
-        "or listen on 127.0.0.1.",
-    )
-
-
-def redact(text: str, secrets_: Collection[str]) -> str:
-    """``text`` with every secret of 8 characters or more replaced by ``[redacted]`` (for log
-    lines; see ``fabric.domain.secrets``)."""
-    return Secrets(secrets_).redact(text)

@@ -117,8 +117,10 @@ class TaskService:
             status=QUEUED,
             created_at=now(),
         )
+        # The database keeps no secret: the run gets the task as it was sent, the store a
+        # redacted copy (which a task still queued when the server stops runs from later).
         try:
-            await self.store.add(record)
+            await self.store.add(replace(record, task=self.runner.secrets.redact(task)))
         except RuntimeError:  # the store closed: shutdown got there first
             raise ServiceUnavailable(_SHUTTING_DOWN) from None
         try:
@@ -222,8 +224,10 @@ class TaskService:
             )
 
     async def _finish(self, task_id: str, status: str, **fields: Any) -> None:
+        """Record how a task ended; its payload and error are kept without secrets."""
         self.progress.pop(task_id, None)
-        await self.store.update(task_id, status=status, finished_at=now(), **fields)
+        kept = self.runner.secrets.redact_obj(fields)
+        await self.store.update(task_id, status=status, finished_at=now(), **kept)
         self._wake(task_id)
         log.info("task.finished", task_id=task_id, status=status)
 
