@@ -62,6 +62,17 @@ def kinds(events: list[dict[str, Any]]) -> list[str]:
     return [e["kind"] for e in events]
 
 
+def mock_llm(base_url: str) -> dict[str, Any]:
+    """A test config's ``llm`` section: one OpenAI-compatible backend at ``base_url`` (a
+    loopback mock server), model "m", no retries."""
+    return {
+        "backend": "openai",
+        "backends": {"openai": {"kind": "openai", "base_url": base_url}},
+        "models": {"default": "m"},
+        "retry": {"attempts": 1},
+    }
+
+
 def write(folder: Path, text: str, name: str = "fabric.yaml") -> Path:
     """Write a (dedented) config or source file; returns its path."""
     path = folder / name

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import assert_valid_runlog, kinds
+from support import assert_valid_runlog, kinds, mock_llm
 
 from fabric.testing import MockOpenAIServer, completion
 
@@ -51,12 +51,7 @@ def project(folder: Path, model_url: str, **serve: Any) -> Path:
     (folder / "ws").mkdir(exist_ok=True)
     config = {
         "version": 1,
-        "llm": {
-            "backend": "openai",
-            "backends": {"openai": {"kind": "openai", "base_url": model_url}},
-            "models": {"default": "m"},
-            "retry": {"attempts": 1},
-        },
+        "llm": mock_llm(model_url),
         "runs_dir": "runs",
         "serve": {"workspace_roots": ["ws"], "concurrency": 4, **serve},
         "packs": {

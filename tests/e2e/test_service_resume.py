@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from support import assert_valid_runlog, kinds, read_events
+from support import assert_valid_runlog, kinds, mock_llm, read_events
 from test_service import GUARD, Service, error_shape, sse, step_of, task_of, wait_until
 
 from fabric.testing import MockOpenAIServer, completion
@@ -25,12 +25,7 @@ def project(folder: Path, model_url: str) -> Path:
     (folder / "ws").mkdir(exist_ok=True)
     config = {
         "version": 1,
-        "llm": {
-            "backend": "openai",
-            "backends": {"openai": {"kind": "openai", "base_url": model_url}},
-            "models": {"default": "m"},
-            "retry": {"attempts": 1},
-        },
+        "llm": mock_llm(model_url),
         "runs_dir": "runs",
         "serve": {"workspace_roots": ["ws"], "concurrency": 2},
         "packs": {

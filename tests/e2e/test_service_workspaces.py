@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from support import assert_valid_runlog, kinds
+from support import assert_valid_runlog, kinds, mock_llm
 from test_service import GUARD, Service, step_of, task_of, wait_until
 
 from fabric.testing import MockOpenAIServer, completion
@@ -32,12 +32,7 @@ def project(folder: Path, model_url: str, **serve: Any) -> Path:
     }
     config = {
         "version": 1,
-        "llm": {
-            "backend": "openai",
-            "backends": {"openai": {"kind": "openai", "base_url": model_url}},
-            "models": {"default": "m"},
-            "retry": {"attempts": 1},
-        },
+        "llm": mock_llm(model_url),
         "runs_dir": "runs",
         "serve": {"workspace_roots": ["ws"], "concurrency": 4, **serve},
         "packs": {

@@ -319,24 +319,7 @@ async def list_processes(lab: Lab) -> Verdict:
     "content",
 )
 async def host_cmdline(lab: Lab) -> Verdict:
-    with _keeper() as (pid, canaries):
-        out = await lab.python(
-            source(
-                PROC_LOOT,
-                """
-            attempt("cmdline", lambda: grab("/proc/%s/cmdline" % pid))
-            for entry in os.listdir("/proc"):
-                if entry.isdigit():
-                    try:
-                        grab("/proc/%s/cmdline" % entry)
-                    except OSError:
-                        pass
-            open("loot.txt", "w").write(repr(loot))
-            """,
-            ),
-            pid,
-        )
-        return lab.judge(out, _leaked(lab, canaries, "cmdline"))
+    return await _read_host_file(lab, "cmdline")
 
 
 @probe(
@@ -347,21 +330,28 @@ async def host_cmdline(lab: Lab) -> Verdict:
     "workspace's content",
 )
 async def host_environ(lab: Lab) -> Verdict:
+    return await _read_host_file(lab, "environ")
+
+
+async def _read_host_file(lab: Lab, name: str) -> Verdict:
+    """Read /proc/<pid>/``name`` of the keeper (by its pid, then through every /proc entry)."""
     with _keeper() as (pid, canaries):
         out = await lab.python(
             source(
                 PROC_LOOT,
                 """
-            attempt("environ", lambda: grab("/proc/%s/environ" % pid))
+            pid, name = ARGS
+            attempt(name, lambda: grab("/proc/%s/%s" % (pid, name)))
             for entry in os.listdir("/proc"):
                 if entry.isdigit():
                     try:
-                        grab("/proc/%s/environ" % entry)
+                        grab("/proc/%s/%s" % (entry, name))
                     except OSError:
                         pass
             open("loot.txt", "w").write(repr(loot))
             """,
             ),
             pid,
+            name,
         )
-        return lab.judge(out, _leaked(lab, canaries, "environ"))
+        return lab.judge(out, _leaked(lab, canaries, name))
