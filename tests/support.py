@@ -102,3 +102,30 @@ def run_fabric(
         timeout=timeout,
         check=False,
     )
+
+
+PLANT_COMMONDIR = """
+import os, sys, time
+os.makedirs("evil", exist_ok=True)
+with open("evil/config", "w") as config:
+    config.write('[core]\\n\\tfsmonitor = "touch ' + sys.argv[1] + '; false"\\n')
+with open(".git/commondir", "w") as pointer:
+    pointer.write("../evil\\n")
+time.sleep(3600)
+"""
+"""A command's program (``python plant.py MARK``, in a repository's work tree): points the
+repository at a folder whose config has ``git status`` run a program that leaves ``MARK``,
+then waits until fabric is stopped."""
+
+
+def planted_repository(folder: Path) -> Path:
+    """``folder`` as a repository with one commit and ``plant.py`` (``PLANT_COMMONDIR``) in its
+    work tree; returns the ``.git/commondir`` the program will plant."""
+    identity = ["-c", "user.name=a", "-c", "user.email=a@b"]
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    subprocess.run(
+        ["git", "-C", str(folder), *identity, "commit", "-q", "--allow-empty", "-m", "a"],
+        check=True,
+    )
+    (folder / "plant.py").write_text(PLANT_COMMONDIR)
+    return folder / ".git" / "commondir"

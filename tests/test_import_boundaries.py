@@ -86,6 +86,10 @@ def test_no_reaching_sideways_or_outwards(folder: str) -> None:
         "sandbox/confine.py",
         "packs/import_guard.py",
         "packs/run_ledger.py",
+        "packs/git_audit.py",
+        "packs/git_config.py",
+        "packs/git_files.py",
+        "packs/git_repos.py",
     ],
 )
 def test_the_sandbox_launcher_uses_the_standard_library_only(name: str) -> None:

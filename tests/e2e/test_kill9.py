@@ -1,6 +1,8 @@
 """`kill -9` of fabric leaves nothing running: not the command a run started (nor what that
 command detached with setsid and a double fork), under every backend, and not the embedded
 model server. The kernel tells them (the parent-death signal); nothing of fabric runs to help.
+What the killed run's last command planted in a repository's .git, which fabric had no chance
+to audit, is removed by the next start of fabric.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import planted_repository
 
 from fabric.infrastructure.llm.embedded import installed
 from fabric.infrastructure.sandbox import cgroup, host_report
@@ -252,3 +255,42 @@ def test_a_killed_fabric_leaves_no_embedded_model_server(
     finally:
         _kill(servers)
     assert not left, f"the embedded model server outlived fabric: {left}"
+
+
+def test_the_next_start_removes_what_a_killed_run_planted_in_git(
+    tmp_path: Path, fabric_run: Callable[..., subprocess.Popen[bytes]]
+) -> None:
+    workspace, home, mark = tmp_path / "ws", tmp_path / "home", tmp_path / "mark"
+    workspace.mkdir()
+    planted = planted_repository(workspace)
+    release = threading.Event()
+    answers = iter([completion(None, [("shell", {"command": f"python plant.py {mark}"})])])
+
+    def model(body: dict[str, Any]) -> tuple[int, Any]:
+        answer = next(answers, None)
+        if answer is None:
+            release.wait(60)
+            return 500, {"error": {"message": "the test is over"}}
+        return 200, answer
+
+    with MockOpenAIServer(model, models=["mock-model"]) as server:
+        env = {"FABRIC_BASE_URL": server.base_url, "HOME": str(home)}
+        fabric = fabric_run(_backends()[0], "openai", env)
+        try:
+            _wait_for(lambda: planted.exists() or fabric.poll() is not None, "the planting")
+            assert fabric.poll() is None, (tmp_path / "fabric.out").read_text()
+            fabric.send_signal(signal.SIGKILL)
+            fabric.wait()
+        finally:
+            release.set()
+    assert planted.exists(), "nothing audited the killed run's last command"
+
+    argv = [sys.executable, "-m", "fabric", "packs", "--config", str(tmp_path / "fabric.yaml")]
+    again = subprocess.run(
+        argv, env={**os.environ, "HOME": str(home)}, capture_output=True, text=True, check=False
+    )
+    assert again.returncode == 0, again.stderr
+    assert "fabric removed .git/commondir" in again.stderr, again.stderr
+    assert not os.path.lexists(planted)
+    subprocess.run(["git", "-C", str(workspace), "status"], capture_output=True, check=False)
+    assert not mark.exists(), "git on the host ran the program the killed run planted"

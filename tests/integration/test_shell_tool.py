@@ -10,7 +10,9 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
@@ -341,3 +343,33 @@ def test_endless_output_is_stopped_before_it_fills_the_disk(ctx: ToolContext) ->
 def test_undecodable_output_is_replaced_not_fatal(ctx: ToolContext) -> None:
     out = run(shell(ctx, py("import sys; sys.stdout.buffer.write(b'ok \\xff\\xfe done')")))
     assert out == "[exit code 0]\nok \ufffd\ufffd done"
+
+
+def test_a_commands_temporary_folder_goes_whatever_it_made_of_it() -> None:
+    """A command that locks folders in its private temp folder (unwritable, unreadable) leaves
+    nothing behind there: a file kept in /tmp could later be pointed at by a symlink. As root
+    permissions do not bind, so the folder is made and removed by an unprivileged child."""
+    from fabric.infrastructure.sandbox.runner import remove_tree
+
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    base.chmod(0o777)
+    temp = base / "fabric-cmd-x"
+    pid = os.fork()
+    if pid == 0:  # the child: as nobody when the test runs as root
+        code = 1
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            (temp / "keep" / "deep").mkdir(parents=True)
+            (temp / "keep" / "evil.py").write_text("planted")
+            (temp / "keep" / "deep").chmod(0)
+            (temp / "keep").chmod(0o555)
+            remove_tree(temp)
+            code = 0 if not temp.exists() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    shutil.rmtree(base, ignore_errors=True)
+    assert os.waitstatus_to_exitcode(status) == 0, "the locked folder outlived the removal"

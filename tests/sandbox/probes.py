@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import (
     probes_files,
+    probes_git,
     probes_kernel,
     probes_limits,
     probes_net,
@@ -23,6 +24,7 @@ _ORDER = [
         probes_files,
         probes_secrets,
         probes_planted,
+        probes_git,
         probes_net,
         probes_proc,
         probes_kernel,
@@ -32,8 +34,8 @@ _ORDER = [
     )
 ]
 PROBES = sorted(REGISTERED, key=lambda p: _ORDER.index(p.check.__module__))
-"""Files, secrets, planted code, network, processes, kernel, limits, file tools, then the
-normal tasks."""
+"""Files, secrets, planted code (git's too), network, processes, kernel, limits, file tools,
+then the normal tasks."""
 ESCAPES = [p for p in PROBES if p.kind == "escape"]
 TASKS = [p for p in PROBES if p.kind == "task"]
 

@@ -71,6 +71,9 @@ class _Run:
     cost: RunCost | None = None
     gate: PolicyGate | None = None
     _sent: int = 0
+    _chatting: asyncio.Task[Any] | None = None
+    """The task waiting for the model right now, which a cancel cuts (``_watch``)."""
+    _cut: bool = False
 
     def __post_init__(self) -> None:
         self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}
@@ -79,6 +82,21 @@ class _Run:
         self.finish_check = self.pack.finish_check()
 
     async def loop(self) -> None:
+        watcher = asyncio.ensure_future(self._watch())  # one per run, not one per step
+        try:
+            await self._steps()
+        finally:
+            watcher.cancel()
+
+    async def _watch(self) -> None:
+        """Wait for the cancel event; when it comes during a model call, cut the call at once
+        (mid-stream, or in a retry's backoff): the loop then ends the run as cancelled."""
+        await self.cancel.wait()
+        if self._chatting is not None:
+            self._cut = True
+            self._chatting.cancel()
+
+    async def _steps(self) -> None:
         while True:
             self._check_cancel()
             if self.steps >= self.limits.max_steps:
@@ -130,24 +148,25 @@ class _Run:
         return response
 
     async def _chat_unless_cancelled(self) -> ChatResponse:
-        """The model call, raced against the cancel event: cancelling stops a call at once,
-        mid-stream or in a retry's backoff. The call is cancelled and waited for (it closes
-        its connection); a reply that came in first still counts."""
-        call = asyncio.ensure_future(
-            self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
-        )
-        stopping = asyncio.ensure_future(self.cancel.wait())
+        """The model call; a cancel during it (``_watch``) cuts it and ends the run as
+        cancelled. The call runs in the loop's own task: no task of its own per step."""
+        self._check_cancel()
+        task = self._chatting = asyncio.current_task()
+        assert task is not None  # the loop runs in a task
         try:
-            await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            response = await self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
+        except asyncio.CancelledError:
+            if not self._cut:
+                raise  # the run itself was cancelled (Ctrl-C, a shutdown): not ours to keep
+            task.uncancel()
+            raise _Stop(RunStatus.CANCELLED) from None
         finally:
-            cut = not call.done()
-            for waiting in (call, stopping):
-                waiting.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await waiting  # what the call raises while stopping no longer matters
-        if cut:
-            raise _Stop(RunStatus.CANCELLED)
-        return call.result()
+            self._chatting = None
+        if self._cut:  # the cancel came as the reply did: take the cut still pending here
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+            task.uncancel()
+        return response  # the reply counts; the loop's next check ends the run
 
     def _no_tool_calls(self, response: ChatResponse) -> None:
         text = response.content or ""

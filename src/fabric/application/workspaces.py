@@ -58,7 +58,12 @@ def check_workspace(
             "(keys, shell and git settings, other projects)",
             hint=f"{_ELSEWHERE}, e.g. {home / 'projects' / 'name'}",
         )
-    for place, holds in _fabric_folders(loaded, runs_dir, home).items():
+    settings = loaded.config.serve
+    key = (loaded.base_dir, settings.database, settings.token_file, runs_dir, home,
+           os.environ.get("XDG_CACHE_HOME", ""))  # fmt: skip
+    if key not in _FOLDERS:  # resolving them costs a few syscalls each: once per process
+        _FOLDERS[key] = _fabric_folders(loaded, runs_dir, home)
+    for place, holds in _FOLDERS[key].items():
         if folder.is_relative_to(place):
             where = "is" if folder == place else f"lies inside {place},"
             raise ConfigError(
@@ -105,6 +110,9 @@ def _home() -> Path | None:
         return Path.home().resolve()
     except (OSError, RuntimeError, KeyError):  # no HOME and no passwd entry
         return None
+
+
+_FOLDERS: dict[tuple[object, ...], Mapping[Path, str]] = {}
 
 
 def _fabric_folders(loaded: LoadedConfig, runs_dir: Path, home: Path | None) -> Mapping[Path, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -27,13 +28,14 @@ from fabric.domain.errors import ConfigError, FabricError, RunError, SandboxErro
 from fabric.domain.models import RunResult
 from fabric.domain.secrets import Secrets
 from fabric.infrastructure.llm.backends import Backends, base_url_of
-from fabric.infrastructure.packs import run_ledger
+from fabric.infrastructure.packs import git_audit, run_ledger
 from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack, load_pack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
 from fabric.infrastructure.runlog.writer import Observer
 from fabric.infrastructure.sandbox import HostCode, command_runner, host_code
 
 RESOLVE_TTL = 30.0
+_log = logging.getLogger(__name__)
 ChatFactory = Callable[[str], ChatClient]
 """Builds a chat client for a model name (tests inject one to skip backends entirely)."""
 
@@ -276,9 +278,11 @@ class Runner:
         chat client), with any failure kept as the run's start error so it still gets a
         runlog; closed again afterwards, whatever happened."""
         resolution, unresolved = await self._try_resolve(loaded_pack.pack.name, backend, model)
-        read_only = await asyncio.to_thread(self.read_only_in, workspace)
-        commands, unconfined = await self._commands(loaded_pack, workspace, read_only)
+        read_only, commands, unconfined = await asyncio.to_thread(
+            self._confinement, loaded_pack, workspace
+        )
         runlog = open_log()
+        started = time.time()
         unrecorded = _record_start(runlog.run_id, workspace)
         chat: ChatClient | None = None
         try:
@@ -292,6 +296,9 @@ class Runner:
             if chat is not None:
                 with contextlib.suppress(Exception):  # the result stands
                     await chat.aclose()
+            if commands is not None:  # a command cut short was not audited (git_audit.py)
+                for line in await asyncio.to_thread(git_audit.sweep, workspace, started, read_only):
+                    _log.warning("fabric removed %s", line)
             if unrecorded is None:
                 with contextlib.suppress(OSError):  # an open window only makes fabric stricter
                     run_ledger.closed(runlog.run_id)
@@ -352,17 +359,18 @@ class Runner:
             loaded_pack.settings.sandbox, workspace, self.protected_paths, read_only
         )
 
-    async def _commands(
-        self, loaded_pack: LoadedPack, workspace: Path, read_only: tuple[Path, ...]
-    ) -> tuple[CommandRunner | None, FabricError | None]:
-        """``commands_for``, or why it cannot be had (the run is then recorded as failed, with
-        the hint to install bubblewrap). The first call probes the machine (tens of ms), in a
-        thread, to keep the event loop free."""
+    def _confinement(
+        self, loaded_pack: LoadedPack, workspace: Path
+    ) -> tuple[tuple[Path, ...], CommandRunner | None, FabricError | None]:
+        """The workspace's host code and ``commands_for`` it, or why the commands cannot be
+        had (the run is then recorded as failed, with the hint to install bubblewrap). Called
+        in a thread: it looks through the workspace, and the first call probes the machine
+        (tens of ms)."""
+        read_only = self.read_only_in(workspace)
         try:
-            runner = await asyncio.to_thread(self.commands_for, loaded_pack, workspace, read_only)
-            return runner, None
+            return read_only, self.commands_for(loaded_pack, workspace, read_only), None
         except SandboxError as exc:
-            return None, exc
+            return read_only, None, exc
 
     async def _try_resolve(
         self, pack_name: str, backend: str | None, model: str | None
@@ -479,13 +487,14 @@ def build_runner(
 ) -> Runner:
     """Compose a runner; every default is built here, none at import time. Tools never read
     or write the runs folder, the service's files (``service_files``) or ``protected``."""
+    secrets = known_secrets(loaded) if secrets is None else secrets
     return Runner(
         loaded=loaded,
         runs_dir=runs_dir or loaded.runs_dir,
-        backends=Backends(loaded.config.llm, on_status=on_status),
+        backends=Backends(loaded.config.llm, on_status=on_status, secrets=secrets),
         chat_factory=chat_factory,
         protected=(*service_files(loaded), *protected),
-        secrets=known_secrets(loaded) if secrets is None else secrets,
+        secrets=secrets,
     )
 
 

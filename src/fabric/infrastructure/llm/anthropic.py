@@ -16,6 +16,7 @@ import httpx
 from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelAuthError, ModelResponseError
 from fabric.domain.models import ChatResponse, Message, ModelInfo
+from fabric.domain.secrets import Secrets
 
 from .anthropic_stream import Reply, count, parse_message, read_stream
 from .anthropic_wire import to_anthropic_messages, to_anthropic_tools, to_chat_response
@@ -44,10 +45,11 @@ class AnthropicChatClient:
         temperature: float | None = None,
         text_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self._model = model
         self._api_key = api_key
-        self._secrets = key_secrets(api_key)
+        self._secrets = key_secrets(api_key) if secrets is None else secrets
         self._url = _root(base_url) + "/v1/messages"
         self._server = f"the Anthropic API at {_root(base_url)}"
         self._request_timeout = request_timeout
@@ -127,10 +129,11 @@ class AnthropicCatalog:
         api_key: str | None,
         timeout: httpx.Timeout | float,
         transport: httpx.AsyncBaseTransport | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self._name = name
         self._api_key = api_key
-        self._secrets = key_secrets(api_key)
+        self._secrets = key_secrets(api_key) if secrets is None else secrets
         self._url = _root(base_url) + "/v1/models"
         self._server = f"the Anthropic API at {_root(base_url)}"
         self._timeout = timeout

@@ -25,6 +25,7 @@ from fabric.config.schema import (
 )
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ModelInfo
+from fabric.domain.secrets import Secrets
 
 from .http import DeadlinedCatalog
 
@@ -56,8 +57,17 @@ def base_url_of(backend: Backend) -> str | None:
 class Backends:
     """Catalogs and chat clients for the backends of one config."""
 
-    def __init__(self, llm: LLMSettings, *, on_status: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        llm: LLMSettings,
+        *,
+        on_status: Callable[[str], None] | None = None,
+        secrets: Secrets | None = None,
+    ) -> None:
         self._llm = llm
+        self._secrets = secrets
+        """What adapters redact from their errors (the runner's, built once); None: each
+        adapter builds its own from its key and the environment."""
         self._on_status = on_status
         self._embedded: dict[str, EmbeddedServer] = {}
         t = llm.timeouts
@@ -104,6 +114,7 @@ class Backends:
                 name=name,
                 base_url=str(backend.base_url),
                 api_key=api_key(backend),
+                secrets=self._secrets,
                 timeout=self._timeout,
             )
         if isinstance(backend, AnthropicBackend):
@@ -113,6 +124,7 @@ class Backends:
                 name=name,
                 base_url=str(backend.base_url),
                 api_key=api_key(backend),
+                secrets=self._secrets,
                 timeout=self._timeout,
             )
         from .embedded import EmbeddedCatalog
@@ -145,6 +157,7 @@ class Backends:
                 base_url=str(backend.base_url),
                 model=model,
                 api_key=api_key(backend),
+                secrets=self._secrets,
                 max_tokens=backend.max_tokens,
                 timeout=self._timeout,
                 request_timeout=self._request_timeout,
@@ -160,10 +173,12 @@ class Backends:
             server = await self._start_embedded(name, backend)
             assert server.url is not None
             url, key, stream = server.url, server.api_key, True
+        known = self._secrets is not None and (not key or key in self._secrets.values)
         return OpenAIChatClient(
             base_url=url,
             model=model,
             api_key=key,
+            secrets=self._secrets if known else None,  # the embedded server's key: its own
             timeout=self._timeout,
             request_timeout=self._request_timeout,
             temperature=temperature,

@@ -22,6 +22,7 @@ import httpx
 
 from fabric.domain.errors import ModelResponseError
 from fabric.domain.models import ModelInfo
+from fabric.domain.secrets import Secrets
 
 from .http import model_client
 from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
@@ -38,11 +39,12 @@ class OpenAICatalog:
         api_key: str | None,
         timeout: httpx.Timeout | float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self._name = name
         self._url = base_url.rstrip("/") + "/models"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._secrets = key_secrets(api_key)
+        self._secrets = key_secrets(api_key) if secrets is None else secrets
         self._timeout = timeout
         self._transport = transport
 

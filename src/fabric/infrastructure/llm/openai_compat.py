@@ -29,6 +29,7 @@ from fabric.domain.models import (
     Usage,
     assistant_message,
 )
+from fabric.domain.secrets import Secrets
 
 from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
 from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
@@ -64,6 +65,7 @@ class OpenAIChatClient:
         text_tool_calls: bool = False,
         constrained_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self._model = model
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -72,7 +74,8 @@ class OpenAIChatClient:
         self._stream = stream
         self._text_tool_calls = text_tool_calls
         self._constrained = constrained_tool_calls
-        self._secrets = key_secrets(api_key)  # redacted from the errors it raises
+        # redacted from the errors it raises
+        self._secrets = key_secrets(api_key) if secrets is None else secrets
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = model_client(base_url, timeout=timeout, headers=headers, transport=transport)
 

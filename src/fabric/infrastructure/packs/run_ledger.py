@@ -12,23 +12,32 @@ refused with a message that says how to accept it: any change the user makes aft
 moves its ctime past the window.
 
 The ledger lives in ``~/.config/fabric`` (hidden from every command) as JSON lines. A run whose
-fabric died without writing its end is closed by the next reader (its window ends then).
+fabric died without writing its end is closed by the next reader (its window ends then), which
+also audits the run's repositories as its last command's end would have (``git_audit.py``).
 Standard library only: the import guard consults it before anything else is imported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-_MAX_BYTES = 4 * 1024 * 1024
-_KEEP_RUNS = 20_000
-"""When the ledger passes _MAX_BYTES it is rewritten with the newest _KEEP_RUNS runs."""
+_MAX_BYTES = 256 * 1024
+_KEEP_RUNS = 5_000
+_MERGE_GAP = 1.0
+"""When the ledger passes _MAX_BYTES it is rewritten smaller (``_trim``): gone workspaces
+dropped, back-to-back windows merged, the newest _KEEP_RUNS windows kept (open ones always)."""
 
-_cache: tuple[float, int, dict[str, Window]] | None = None
+_holding = False
+_cache: tuple[tuple[str, float, int], list[Window]] | None = None
+_audited: list[str] = []
+"""What the git audit removed for runs whose fabric died, until ``close_dead`` tells it."""
 
 
 @dataclass
@@ -60,17 +69,24 @@ def closed(run_id: str, *, trim: bool = True) -> None:
 
 def written_during_a_run(path: str) -> Window | None:
     """The run that could have written ``path`` (its last change lies in the run's window,
-    and the run's workspace holds it), or None."""
-    try:
-        changed = os.stat(path).st_ctime
-    except OSError:
-        return None
-    real = os.path.realpath(path)
-    for window in _windows().values():
-        inside = real == window.workspace or real.startswith(window.workspace.rstrip("/") + "/")
-        ended = window.end if window.end is not None else float("inf")
-        if inside and window.start <= changed <= ended:
-            return window
+    and the run's workspace holds it), or None. A symlink is judged twice: the link itself
+    where it lies, and the file it leads to."""
+    places = {os.path.realpath(path)}
+    if os.path.islink(path):
+        folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        places.add(os.path.join(folder, os.path.basename(path)))
+    for place in places:
+        try:
+            changed = os.lstat(place).st_ctime
+        except OSError:
+            continue
+        for window in _windows():
+            inside = place == window.workspace or place.startswith(
+                window.workspace.rstrip("/") + "/"
+            )
+            ended = window.end if window.end is not None else float("inf")
+            if inside and window.start <= changed <= ended:
+                return window
     return None
 
 
@@ -90,35 +106,77 @@ REFUSAL_HINT = (
 )
 
 
-def _windows() -> dict[str, Window]:
-    """Every run in the ledger, read again only when the file changed; runs whose fabric
-    died without an end are closed now."""
+def _windows() -> list[Window]:
+    """Every window in the ledger, oldest first, read again only when the file changed. A run
+    has one window per start (a resumed run has several: each end closes the latest open one);
+    windows whose fabric died without an end are closed now."""
     global _cache
     path = ledger_path()
     try:
         info = os.stat(path)
     except OSError:
-        return {}
-    if _cache is not None and _cache[:2] == (info.st_mtime, info.st_size):
-        return _cache[2]
-    windows: dict[str, Window] = {}
-    with contextlib.suppress(OSError), open(path, encoding="utf-8") as lines:
-        for line in lines:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                entry = json.loads(line)
-                run = str(entry["run"])
-                if "start" in entry:
-                    windows[run] = Window(
-                        run, str(entry["ws"]), float(entry["start"]), None, int(entry["pid"])
-                    )
-                elif run in windows:
-                    windows[run].end = float(entry["end"])
-    for window in windows.values():
+        return []
+    key = (path, info.st_mtime, info.st_size)
+    if _cache is not None and _cache[0] == key:
+        return _cache[1]
+    windows: list[Window] = []
+    still_open: dict[str, Window] = {}
+    for entry in _entries(path):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            run = str(entry["run"])
+            if "start" in entry:
+                window = Window(
+                    run, str(entry["ws"]), float(entry["start"]), None, int(entry["pid"])
+                )
+                windows.append(window)
+                still_open[run] = window
+            elif run in still_open:
+                still_open.pop(run).end = float(entry["end"])
+    for window in windows:
         if window.end is None and not _alive(window.pid):
             closed(window.run, trim=False)  # its fabric died: the run cannot write any more
             window.end = time.time()
-    _cache = (info.st_mtime, info.st_size, windows)
+            _audit(window)
+    _cache = (key, windows)
     return windows
+
+
+def _entries(path: str) -> list[Any]:
+    """The ledger's lines, decoded in one go (a torn last line, left by a crash, is skipped
+    by decoding line by line instead)."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    try:
+        entries = json.loads("[" + ",".join(line for line in lines if line) + "]")
+        return entries if isinstance(entries, list) else []
+    except ValueError:
+        found = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                found.append(json.loads(line))
+        return found
+
+
+def close_dead() -> list[str]:
+    """Close the windows of runs whose fabric died (cheap: the ledger is read again only when
+    it changed), and audit their repositories, which their last command's end did not: what
+    the audit removed, each line told once."""
+    _windows()
+    told = _audited[:]
+    _audited.clear()
+    return told
+
+
+def _audit(window: Window) -> None:
+    """The git audit of a dead run's workspace since its start (``git_audit.py``, imported
+    only when needed: the import guard imports this module before anything else)."""
+    from .git_audit import sweep
+
+    for line in sweep(window.workspace, window.start):
+        _audited.append(f"{line} (changed while run {window.run}, whose fabric died, ran)")
 
 
 def _alive(pid: int) -> bool:
@@ -135,21 +193,44 @@ def _append(entry: dict[str, object], *, trim: bool = True) -> None:
     path = ledger_path()
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with _locked(path):  # a trim by another fabric must not lose this line
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if trim and size > _MAX_BYTES:
+            _trim(path)
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """The ledger's lock (a file beside it), held while a line is added or the ledger is
+    rewritten. Re-entrant: a trim closes dead windows, adding lines under the lock it holds."""
+    global _holding
+    if _holding:
+        yield
+        return
+    fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, line)  # one write of one short line: appends do not interleave
-        size = os.fstat(fd).st_size
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _holding = True
+        yield
     finally:
+        _holding = False
         os.close(fd)
-    if trim and size > _MAX_BYTES:
-        _trim(path)
 
 
 def _trim(path: str) -> None:
-    """Keep the newest runs (open ones always): rewrite beside, then rename over."""
-    windows = _windows()
-    keep = sorted(windows.values(), key=lambda w: w.start)[-_KEEP_RUNS:]
-    keep += [w for w in windows.values() if w.end is None and w not in keep]
+    """Rewrite the ledger (beside, then renamed over) without what can no longer matter:
+    windows whose workspace is gone (no file of it can be loaded; one made again later has
+    new ctimes), back-to-back windows in one workspace merged (a batch of runs becomes one
+    window), and then only the newest ``_KEEP_RUNS``; open windows always stay."""
+    alive = [w for w in _windows() if w.end is None or os.path.isdir(w.workspace)]
+    windows = _merged(alive)
+    keep = windows[-_KEEP_RUNS:]
+    keep = sorted(keep + [w for w in windows[:-_KEEP_RUNS] if w.end is None], key=lambda w: w.start)
     temp = f"{path}.{os.getpid()}.new"
     with open(temp, "w", encoding="utf-8") as out:
         for w in keep:
@@ -158,3 +239,23 @@ def _trim(path: str) -> None:
             if w.end is not None:
                 out.write(json.dumps({"run": w.run, "end": w.end}, separators=(",", ":")) + "\n")
     os.replace(temp, path)
+
+
+def _merged(windows: list[Window]) -> list[Window]:
+    """Closed windows of one workspace less than ``_MERGE_GAP`` seconds apart, as one (the
+    first run's id); oldest first."""
+    merged: list[Window] = []
+    last: dict[str, Window] = {}
+    for window in sorted(windows, key=lambda w: w.start):
+        before = last.get(window.workspace)
+        if (
+            before is not None
+            and before.end is not None
+            and window.end is not None
+            and window.start - before.end <= _MERGE_GAP
+        ):
+            before.end = max(before.end, window.end)
+            continue
+        merged.append(window)
+        last[window.workspace] = window
+    return merged

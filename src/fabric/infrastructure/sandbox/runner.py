@@ -17,8 +17,9 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -26,6 +27,7 @@ from typing import IO, Any, Literal
 from fabric.application.commands import CommandOutcome
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError
+from fabric.infrastructure.packs import git_audit
 
 from . import cgroup, seccomp
 from .host_code import pins
@@ -37,6 +39,12 @@ OUTPUT_BYTES = 1_000_000
 OUTPUT_KILL_BYTES = 32_000_000
 """A command whose output passes this size is killed (the model sees the first MB anyway)."""
 _MiB = 1024 * 1024
+CTIME_MARGIN = 1.0
+"""Seconds before a command's start from which the git audit counts a change as the
+command's: a file's ctime comes from the kernel's coarse clock (some milliseconds behind
+time.time()), and some file systems keep whole seconds. The price: a control file the user
+changed in .git in the second before a command started is removed too, and the removal is
+told (in the command's output), never silent."""
 _STOP_GRACE = 1.0
 _KILL_GRACE = 2.0
 _POLL = 0.2
@@ -177,6 +185,7 @@ class SandboxedCommands:
         self, argv: Sequence[str], *, env: Mapping[str, str], timeout: float
     ) -> CommandOutcome:
         res = self.sandbox.resources
+        started = time.time() - CTIME_MARGIN
         group = cgroup.create(res.processes, res.memory_mb * _MiB)
         temp = Path(tempfile.mkdtemp(prefix="fabric-cmd-"))
         try:
@@ -194,11 +203,25 @@ class SandboxedCommands:
             child_env = dict(env)
             if self.backend.name != "bwrap":
                 child_env["TMPDIR"] = str(temp)
-            return await _run(command, self.workspace, child_env, timeout, group)
+            outcome = await _run(command, self.workspace, child_env, timeout, group)
         finally:
             if group is not None:
                 await _remove(group)
-            shutil.rmtree(temp, ignore_errors=True)
+            remove_tree(temp)
+        return await self._audited(outcome, started)
+
+    async def _audited(self, outcome: CommandOutcome, started: float) -> CommandOutcome:
+        """``outcome``, telling what the git audit removed after the command: control files
+        it planted in a repository's ``.git`` (``packs/git_audit.py``). Nothing of the command runs
+        any more (its cgroup is empty), so nothing can plant after the look."""
+        kept = self.read_only if self.backend.name != "none" else ()  # unconfined: no mounts
+        removed = await asyncio.to_thread(git_audit.sweep, self.workspace, started, kept)
+        if not removed:
+            return outcome
+        lines = [f"- {line}" for line in removed]
+        note = "fabric removed what this command created or changed in .git that git on your "
+        note += "machine would act on (run programs from, or take settings from):"
+        return replace(outcome, output="\n".join([outcome.output.rstrip("\n"), note, *lines]))
 
 
 async def _run(
@@ -268,6 +291,23 @@ async def _stop(proc: asyncio.subprocess.Process, group: cgroup.CommandCgroup | 
         group.kill_all()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(proc.wait(), _KILL_GRACE)
+
+
+def remove_tree(folder: Path) -> None:
+    """Remove a command's private temporary folder whatever the command did to it: folders it
+    made unwritable or unreadable (chmod 0, 555) are opened up first, so nothing it left
+    there outlives it (a file kept behind in /tmp could be linked to later)."""
+
+    def open_up(path: str) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(path, 0o700, follow_symlinks=False)
+        with contextlib.suppress(OSError), os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    open_up(entry.path)
+
+    open_up(str(folder))
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _remove(group: cgroup.CommandCgroup) -> None:

@@ -39,10 +39,9 @@ def refuse_write(path: str, target: Path, root: Path, read_only: tuple[Path, ...
             "there would run later, outside the sandbox)",
             hint="change the repository with git commands through shell",
         )
-    for place in read_only:
-        real = Path(os.path.realpath(place))
-        if target == real or real in target.parents:
-            where = f"it is inside '{_shown(real, root)}/'" if target != real else "host code"
+    for place in read_only:  # real paths (execute_task resolves them once per run)
+        if within(target, place):
+            where = f"it is inside '{_shown(place, root)}/'" if target != place else "host code"
             raise SandboxError(
                 f"{path!r} is read-only for tools: fabric or your own tools execute it later "
                 f"outside the sandbox ({where})",
@@ -82,3 +81,9 @@ def refuse_written_place(
 
 def _shown(real: Path, root: Path) -> str:
     return real.relative_to(root).as_posix() if root in real.parents else str(real)
+
+
+def within(target: Path, place: Path) -> bool:
+    """Whether ``target`` is ``place`` or lies below it (both real paths)."""
+    text, folder = str(target), str(place)
+    return text == folder or text.startswith(folder.rstrip("/") + "/")

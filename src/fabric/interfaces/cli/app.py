@@ -6,6 +6,7 @@ error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -98,8 +99,16 @@ def _load(config: Path | None, as_json: bool) -> LoadedConfig:
     from fabric.config.loader import load_config
     from fabric.domain.errors import ConfigError
     from fabric.domain.secrets import Secrets
-    from fabric.infrastructure.packs.run_ledger import REFUSAL_HINT, refusal, written_during_a_run
+    from fabric.infrastructure.packs.run_ledger import (
+        REFUSAL_HINT,
+        close_dead,
+        refusal,
+        written_during_a_run,
+    )
 
+    with contextlib.suppress(OSError):  # a ledger fabric cannot write: the run says so
+        for line in close_dead():  # what a run whose fabric died left in .git
+            typer.echo(f"fabric removed {line}", err=True)
     try:
         loaded = load_config(config)
         window = written_during_a_run(loaded.source) if config is None else None
