@@ -116,3 +116,20 @@ def test_the_config_of_a_submodule_named_with_slashes_is_host_code(tmp_path: Pat
     (module / "config").write_text("[core]\n\tworktree = ../../../../vendor/lib\n")
     (module / "HEAD").write_text("ref: refs/heads/main\n")
     assert {".git/modules/vendor/lib/config", ".git/modules/vendor/lib/hooks"} <= found(tmp_path)
+
+
+def test_hook_managers_configs_in_a_repository_are_host_code(tmp_path: Path) -> None:
+    """pre-commit and lefthook run, at the next commit, the commands their config in the work
+    tree names: in a repository present when the run starts, those files are host code."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    (tmp_path / "repo" / ".pre-commit-config.yaml").write_text("repos: []\n")
+    (tmp_path / "repo" / "lefthook.yml").write_text("pre-commit: {}\n")
+    (tmp_path / "loose.yml").write_text("not a repository's\n")
+
+    found = host_code().in_workspace(tmp_path)
+
+    assert tmp_path / "repo" / ".pre-commit-config.yaml" in found
+    assert tmp_path / "repo" / "lefthook.yml" in found
+    assert tmp_path / "loose.yml" not in found

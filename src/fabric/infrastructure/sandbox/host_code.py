@@ -41,6 +41,18 @@ from fabric.infrastructure.packs.git_repos import SEARCH_DEPTH, folders, inside,
 from fabric.infrastructure.packs.import_guard import STARTUP_PATH, open_folders
 
 _GIT_PARTS = ("config", "config.worktree", "hooks")
+HOOK_MANAGER_FILES = (
+    ".pre-commit-config.yaml",
+    ".pre-commit-config.yml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    ".lefthook-local.yml",
+)
+"""Files in a work tree whose commands the hooks of pre-commit and lefthook run at the next
+commit (only those that exist are host code)."""
 """What in a repository's own folder starts programs: the config (hooksPath, fsmonitor,
 sshCommand, pager, editor, aliases, filter and diff drivers), the worktree's config (read with
 extensions.worktreeConfig) and the hooks."""
@@ -176,6 +188,7 @@ def _repository(gitdir: Path, tree: Path | None, root: Path, user: list[Setting]
     settings = [*user, *_settings(gitdir / "config")]
     if tree is None:
         return
+    yield from (tree / name for name in HOOK_MANAGER_FILES)  # their hooks run what these say
     for setting in settings:
         if setting.key == "core.hookspath" and setting.value:
             hooks = real(tree, setting.value)
