@@ -108,6 +108,7 @@ def test_a_long_ledger_is_trimmed_to_what_can_still_matter(
     assert len(Path(run_ledger.ledger_path()).read_text()) < 4000  # trimmed as it grew
     run_ledger._trim(run_ledger.ledger_path())  # what the next trim leaves
     text = Path(run_ledger.ledger_path()).read_text()
+    assert Path(run_ledger.ledger_path()).stat().st_mode & 0o077 == 0  # still owner-only
     assert "gone" not in text and text.count('"start"') == 1  # one merged window in kept/
     window = run_ledger.written_during_a_run(str(kept / "fabric.yaml"))
     assert window is not None and window.run == "first"

@@ -32,7 +32,12 @@ from fabric.infrastructure.packs import git_audit, run_ledger
 from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack, load_pack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
 from fabric.infrastructure.runlog.writer import Observer
-from fabric.infrastructure.sandbox import HostCode, command_runner, host_code
+from fabric.infrastructure.sandbox import (
+    HostCode,
+    SandboxedCommands,
+    command_runner,
+    host_code,
+)
 
 RESOLVE_TTL = 30.0
 _log = logging.getLogger(__name__)
@@ -296,7 +301,7 @@ class Runner:
             if chat is not None:
                 with contextlib.suppress(Exception):  # the result stands
                     await chat.aclose()
-            if commands is not None:  # a command cut short was not audited (git_audit.py)
+            if isinstance(commands, SandboxedCommands) and commands.unaudited:  # cut short
                 for line in await asyncio.to_thread(git_audit.sweep, workspace, started, read_only):
                     _log.warning("fabric removed %s", line)
             if unrecorded is None:

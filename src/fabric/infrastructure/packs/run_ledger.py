@@ -232,7 +232,8 @@ def _trim(path: str) -> None:
     keep = windows[-_KEEP_RUNS:]
     keep = sorted(keep + [w for w in windows[:-_KEEP_RUNS] if w.end is None], key=lambda w: w.start)
     temp = f"{path}.{os.getpid()}.new"
-    with open(temp, "w", encoding="utf-8") as out:
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:  # owner-only, like the ledger itself
         for w in keep:
             start = {"run": w.run, "ws": w.workspace, "start": w.start, "pid": w.pid}
             out.write(json.dumps(start, separators=(",", ":")) + "\n")

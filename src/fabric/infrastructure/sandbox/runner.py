@@ -155,6 +155,9 @@ class SandboxedCommands:
     for every command, so a folder created or deleted during the run is handled."""
     read_only: tuple[Path, ...] = ()
     """Host code inside the workspace, as found when the run started (``host_code.py``)."""
+    unaudited: bool = False
+    """A command started whose git audit has not run (it was cut short): the run's end
+    audits then (``compose.Runner``)."""
 
     def __post_init__(self) -> None:
         self.workspace = self.workspace.resolve()
@@ -188,6 +191,7 @@ class SandboxedCommands:
         started = time.time() - CTIME_MARGIN
         group = cgroup.create(res.processes, res.memory_mb * _MiB)
         temp = Path(tempfile.mkdtemp(prefix="fabric-cmd-"))
+        self.unaudited = True
         try:
             command = launch_argv(
                 self.backend,
@@ -216,6 +220,7 @@ class SandboxedCommands:
         any more (its cgroup is empty), so nothing can plant after the look."""
         kept = self.read_only if self.backend.name != "none" else ()  # unconfined: no mounts
         removed = await asyncio.to_thread(git_audit.sweep, self.workspace, started, kept)
+        self.unaudited = False
         if not removed:
             return outcome
         lines = [f"- {line}" for line in removed]
