@@ -349,7 +349,7 @@ def test_a_commands_temporary_folder_goes_whatever_it_made_of_it() -> None:
     """A command that locks folders in its private temp folder (unwritable, unreadable) leaves
     nothing behind there: a file kept in /tmp could later be pointed at by a symlink. As root
     permissions do not bind, so the folder is made and removed by an unprivileged child."""
-    from fabric.infrastructure.sandbox.runner import remove_tree
+    from fabric.infrastructure.packs.git_files import remove
 
     base = Path(tempfile.mkdtemp(dir="/tmp"))
     base.chmod(0o777)
@@ -366,7 +366,7 @@ def test_a_commands_temporary_folder_goes_whatever_it_made_of_it() -> None:
             (temp / "keep" / "evil.py").write_text("planted")
             (temp / "keep" / "deep").chmod(0)
             (temp / "keep").chmod(0o555)
-            remove_tree(temp)
+            remove(temp)
             code = 0 if not temp.exists() else 2
         finally:
             os._exit(code)

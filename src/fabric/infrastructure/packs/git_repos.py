@@ -199,4 +199,7 @@ def real(folder: Path, named: str) -> Path:
 
 
 def inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """Whether ``path`` is ``root`` or lies below it (both real paths; compared as text, which
+    is cheap enough for every file tool call)."""
+    text, folder = str(path), str(root)
+    return text == folder or text.startswith(folder.rstrip("/") + "/")

@@ -133,7 +133,7 @@ def _windows() -> list[Window]:
             elif run in still_open:
                 still_open.pop(run).end = float(entry["end"])
     for window in windows:
-        if window.end is None and not _alive(window.pid):
+        if window.end is None and not pid_alive(window.pid):
             closed(window.run, trim=False)  # its fabric died: the run cannot write any more
             window.end = time.time()
             _audit(window)
@@ -179,7 +179,8 @@ def _audit(window: Window) -> None:
         _audited.append(f"{line} (changed while run {window.run}, whose fabric died, ran)")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from fabric.infrastructure.packs.run_ledger import pid_alive
+
 _ROOT = Path("/sys/fs/cgroup")
 _NAME = re.compile(r"fabric-(\d+)-[0-9a-f]+")
 
@@ -150,19 +152,9 @@ def _remove_stale(where: CgroupLayout) -> None:
     for parent in (p for p in parents if p is not None):
         for folder in parent.glob("fabric-*"):
             found = _NAME.fullmatch(folder.name)
-            if found and not _alive(int(found[1])):
+            if found and not pid_alive(int(found[1])):
                 with contextlib.suppress(OSError):
                     folder.rmdir()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: another user's process
-        pass
-    return True
 
 
 def describe() -> str | None:

@@ -11,6 +11,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from fabric.infrastructure.packs.git_repos import inside
+
 from .host_code import pins
 
 SECRET_HOME_ENTRIES = (
@@ -142,7 +144,7 @@ def landlock_rules(
     """Landlock grants: read and execute everywhere except the hidden paths (their parent
     folders are then granted child by child, so they stay unlistable themselves), write to the
     workspace, the private temp folder and /dev/shm (POSIX semaphores), and /dev/null."""
-    read = _read_grants(Path("/"), [p for p in hidden if not _under(p, workspace)])
+    read = _read_grants(Path("/"), [p for p in hidden if not inside(p, workspace)])
     return {
         "read": [str(p) for p in read],
         "write": [str(workspace), str(temp), "/dev/shm"],
@@ -160,15 +162,11 @@ def _read_grants(root: Path, hidden: Sequence[Path]) -> list[Path]:
     except OSError:
         return grants
     for child in children:
-        inside = [h for h in hidden if _under(h, child)]
-        if any(h == child for h in inside):
+        below = [h for h in hidden if inside(h, child)]
+        if any(h == child for h in below):
             continue
-        if inside and child.is_dir() and not child.is_symlink():
-            grants += _read_grants(child, inside)
+        if below and child.is_dir() and not child.is_symlink():
+            grants += _read_grants(child, below)
         else:
             grants.append(child)
     return grants
-
-
-def _under(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import marshal
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from typing import IO, Any, Literal
 from fabric.application.commands import CommandOutcome
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError
-from fabric.infrastructure.packs import git_audit
+from fabric.infrastructure.packs import git_audit, git_files
 
 from . import cgroup, seccomp
 from .host_code import pins
@@ -211,7 +210,7 @@ class SandboxedCommands:
         finally:
             if group is not None:
                 await _remove(group)
-            remove_tree(temp)
+            git_files.remove(temp)  # however the command locked it (chmod 0, 555)
         return await self._audited(outcome, started)
 
     async def _audited(self, outcome: CommandOutcome, started: float) -> CommandOutcome:
@@ -296,23 +295,6 @@ async def _stop(proc: asyncio.subprocess.Process, group: cgroup.CommandCgroup | 
         group.kill_all()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(proc.wait(), _KILL_GRACE)
-
-
-def remove_tree(folder: Path) -> None:
-    """Remove a command's private temporary folder whatever the command did to it: folders it
-    made unwritable or unreadable (chmod 0, 555) are opened up first, so nothing it left
-    there outlives it (a file kept behind in /tmp could be linked to later)."""
-
-    def open_up(path: str) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(path, 0o700, follow_symlinks=False)
-        with contextlib.suppress(OSError), os.scandir(path) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    open_up(entry.path)
-
-    open_up(str(folder))
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 async def _remove(group: cgroup.CommandCgroup) -> None:

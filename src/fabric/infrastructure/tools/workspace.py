@@ -22,9 +22,10 @@ from types import TracebackType
 
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
+from fabric.infrastructure.packs.git_repos import inside
 
 from .beneath import DIRECTORY, LeadsOutside, find_beneath, open_beneath, real_path
-from .write_rules import refuse_name, refuse_write, refuse_written_place, within
+from .write_rules import refuse_name, refuse_write, refuse_written_place
 
 _READ = os.O_RDONLY | os.O_NONBLOCK  # a FIFO opens at once (and is then refused), never blocks
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -178,7 +179,7 @@ def check_unprotected(target: Path, protected: tuple[Path, ...]) -> None:
     """Refuse protected places, for reading and writing: the runs folder (this and other
     runs' logs), and for the HTTP service its task database and config."""
     for place in protected:  # real paths (execute_task resolves them once per run)
-        if within(target, place):
+        if inside(target, place):
             raise SandboxError(
                 f"{target.name!r} is in a protected place ({place.name}) that tools may not "
                 "read or change",

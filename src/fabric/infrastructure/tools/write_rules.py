@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from fabric.domain.errors import SandboxError
+from fabric.infrastructure.packs.git_repos import inside
 
 _STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
 _LEAVE_IT = "leave it as it is: put your work in other files, or say in your answer what to change"
@@ -40,7 +41,7 @@ def refuse_write(path: str, target: Path, root: Path, read_only: tuple[Path, ...
             hint="change the repository with git commands through shell",
         )
     for place in read_only:  # real paths (execute_task resolves them once per run)
-        if within(target, place):
+        if inside(target, place):
             where = f"it is inside '{_shown(place, root)}/'" if target != place else "host code"
             raise SandboxError(
                 f"{path!r} is read-only for tools: fabric or your own tools execute it later "
@@ -81,9 +82,3 @@ def refuse_written_place(
 
 def _shown(real: Path, root: Path) -> str:
     return real.relative_to(root).as_posix() if root in real.parents else str(real)
-
-
-def within(target: Path, place: Path) -> bool:
-    """Whether ``target`` is ``place`` or lies below it (both real paths)."""
-    text, folder = str(target), str(place)
-    return text == folder or text.startswith(folder.rstrip("/") + "/")
