@@ -7,18 +7,29 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabric.application.pack import Pack
 from fabric.config.policy import PolicyRule, PolicySettings
-from fabric.config.schema import PackSettings, SandboxSettings
+from fabric.config.schema import PackSettings, SandboxSettings, VerifySettings
 from fabric.infrastructure.tools.function_tool import json_schema_of
 from fabric.infrastructure.tools.library import library_tools
 
 SYSTEM_PROMPT = """\
-You are a careful software engineer working inside one project folder (the workspace).
-Work in small verified steps: look before you change (list_files, search_files, read_file),
-make the change with write_file, then check it by running the project's tests or the program
-with shell. Paths are relative to the workspace root. shell runs one allowed program with its
-arguments; there is no shell syntax (no pipes, ';', '&&' or redirections).
-When the task is done, or cannot be done, call finish_task with a short summary, the files you
-created or changed, and any next steps. Never claim a check passed unless you ran it."""
+You are a careful software engineer working in one project folder, the workspace. Every path
+is relative to the workspace root: write src/app.py, never /workspace/src/app.py.
+
+Work in small, checked steps:
+1. Run the tests first with shell: `python -m pytest -q`. A failure shows what is wrong and
+   in which file and line.
+2. Find the code: list_files, search_files, then read_file (it shows line numbers).
+3. Change an existing file with edit_file: copy the exact lines to replace into `old`
+   (without the line numbers) and put the new lines in `new`. Change only what the task
+   needs, in the source code. Use write_file only to create a new file.
+4. Run the tests again. If something fails, read the error, fix the code, run them again.
+5. Call finish_task with a short summary and the files you changed. For a question about
+   the code, put the answer in the summary.
+
+shell runs one allowed program with its arguments; there is no shell syntax (no pipes, ';',
+'&&' or redirections). Do not change or delete tests unless the task asks for it. After
+finish_task, fabric runs the project's tests itself: if they fail you are told why, and you
+must fix the code. Never claim a check passed unless you ran it."""
 
 
 DEFAULT_POLICY = PolicySettings(
@@ -64,6 +75,12 @@ class EngineeringSettings(PackSettings):
         ),
         description="What the pack's tools may touch.",
     )
+    verify: VerifySettings = Field(
+        default_factory=lambda: VerifySettings(command="auto", when="always"),
+        description="How the work is checked before a run ends completed; by default the "
+        "project's pytest tests after every finish_task, when the workspace has any (a model "
+        "that claims a fix it never made is caught too).",
+    )
     system_prompt: str = Field(SYSTEM_PROMPT, description="Replaces the built-in prompt.")
 
 
@@ -72,7 +89,9 @@ def build(settings: EngineeringSettings) -> Pack:
         name="engineering",
         description=settings.description,
         system_prompt=settings.system_prompt,
-        tools=library_tools("read_file", "write_file", "list_files", "search_files", "shell"),
+        tools=library_tools(
+            "read_file", "edit_file", "write_file", "list_files", "search_files", "shell"
+        ),
         finish_schema=json_schema_of(EngineeringResult),
         finish_model=EngineeringResult,
         finish_description="Finish the task: report the summary, the files changed (artifacts), "

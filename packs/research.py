@@ -8,6 +8,7 @@ from fabric.application.pack import Pack
 from fabric.config.schema import PackSettings, SandboxSettings, WebSettings
 from fabric.infrastructure.tools.function_tool import json_schema_of
 from fabric.infrastructure.tools.library import library_tools
+from fabric.infrastructure.tools.verifiers import CitationVerifier
 
 SYSTEM_PROMPT = """\
 You are a careful researcher. Find sources with web_search, read them with fetch_url, and
@@ -59,4 +60,5 @@ def build(settings: ResearchSettings) -> Pack:
         finish_model=ResearchResult,
         finish_description="Finish with the answer and its citations (url and exact quote).",
         sandbox=settings.sandbox,
+        verifiers=(CitationVerifier("citations", fetch_tool="fetch_url"),),
     )

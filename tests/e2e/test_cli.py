@@ -46,7 +46,14 @@ packs:
 """
 API_KEY = "sk-e2e-do-not-leak-4242"
 MODELS = ["mock-small", "mock-coder", "llama3.1:8b", "env-model"]
-ENGINEERING_TOOLS = ["read_file", "write_file", "list_files", "search_files", "shell"]
+ENGINEERING_TOOLS = [
+    "read_file",
+    "edit_file",
+    "write_file",
+    "list_files",
+    "search_files",
+    "shell",
+]
 
 
 @pytest.fixture
@@ -375,7 +382,7 @@ BROKEN = {
     "finish schema": (
         "packs:\n  p:\n    builder: declarative\n    system_prompt: x\n"
         "    finish_schema: {type: object, required: yes}\n",
-        "packs.p.finish_schema: Value error, not a valid JSON Schema",
+        "packs.p.finish_schema: not a valid JSON Schema",
         5,
     ),
     "secret passthrough": (

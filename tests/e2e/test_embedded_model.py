@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -40,9 +41,10 @@ TOOLS = [
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[EmbeddedServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     assert installed(), "the embedded backend is missing: pip install -e '.[dev,local]'"
-    embedded = EmbeddedServer(EmbeddedBackend(kind="embedded", context_size=4096))
+    settings = EmbeddedBackend(kind="embedded", context_size=4096, idle_timeout=0)
+    embedded = EmbeddedServer(settings, folder=tmp_path_factory.mktemp("embedded"))
     loop = asyncio.new_event_loop()  # the server process belongs to the loop that started it
     loop.run_until_complete(embedded.start())
     try:
@@ -97,12 +99,18 @@ def test_fabric_run_with_the_embedded_model(tmp_path: Path) -> None:
     workspace.mkdir()
     config = tmp_path / "fabric.yaml"
     config.write_text((REPO / "fabric.yaml").read_text())
+    runtime = tmp_path / "runtime"  # a state folder of its own: no shared server to reuse
     proc = subprocess.run(
         [sys.executable, "-m", "fabric", "run", "--backend", "embedded",
          "--config", str(config), "--workspace", str(workspace), "--max-steps", "6", "--json",
          "Create hello.py that prints 'hello from fabric', run it with python, and report."],
-        capture_output=True, text=True, timeout=600, env={**os.environ}, check=False,
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},
     )  # fmt: skip
+    states = list((runtime / "fabric" / "embedded").glob("*.json"))
+    for state in states:  # the shared server lives on, for the next run: stop it here
+        os.kill(json.loads(state.read_text())["pid"], signal.SIGTERM)
+    assert len(states) == 1, proc.stderr
     out = json.loads(proc.stdout)
     events = assert_valid_runlog(out["runlog"])
     assert events[0]["backend"]["kind"] == "embedded"

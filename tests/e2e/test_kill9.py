@@ -237,7 +237,9 @@ def test_a_killed_fabric_leaves_no_embedded_model_server(
 ) -> None:
     """Killed while the model loads: the server loads for seconds before it reads anything."""
     assert installed(), "the embedded backend is missing: pip install -e '.[dev,local]'"
-    fabric = fabric_run("none", "embedded", {})
+    runtime = tmp_path / "runtime"  # a server of the user's own is never reused here
+    runtime.mkdir(mode=0o700)
+    fabric = fabric_run("none", "embedded", {"XDG_RUNTIME_DIR": str(runtime)})
     servers: dict[int, int] = {}
 
     def server_started() -> bool:

@@ -1,6 +1,8 @@
 """Every runlog format version fabric ever wrote stays readable: `fabric show`, `fabric replay`
 and `fabric resume` on the fixture runlogs of each version (tests/fixtures/runlogs/v<N>/,
-recorded by real `fabric run` processes, see make_fixtures.py there)."""
+recorded by real `fabric run` processes, see make_fixtures.py there). From version 3 the
+fixture pack checks its work with a command (`verify`): a replay answers those checks from the
+recording, a resume runs them for its new steps."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fixtures.runlogs.make_fixtures import completed_model, step_of
+from fixtures.runlogs.make_fixtures import CHECK_NOTES, TIDIED, completed_model, step_of
 from support import assert_valid_runlog, kinds, read_events
 from typer.testing import CliRunner
 
@@ -20,7 +22,25 @@ from fabric.testing import MockOpenAIServer, completion
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "runlogs"
 VERSIONS = [f"v{version}" for version in READABLE_VERSIONS]
+VERIFIED = [f"v{version}" for version in READABLE_VERSIONS if version >= 3]
+"""The sets whose fixture pack checks its work (verify.command; format version 3 on)."""
 NOWHERE = "http://127.0.0.1:9/v1"  # replay never calls the model
+TRACE = "the-check-ran.txt"
+TRACER = f"open({TRACE!r}, 'w').close()\n"
+"""A check_notes.py that leaves a file behind if anything runs it."""
+
+
+def _runs(version: str) -> list[str]:
+    """The runs of a fixture set: from version 3 also one that ended ``unverified``."""
+    return ["completed", "killed", "max_steps", *(["unverified"] if version in VERIFIED else [])]
+
+
+def _verifications(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The verification events, without what differs between two runs of the same check."""
+    drop = {"v", "seq", "ts", "run_id", "duration_ms"}
+    return [
+        {k: v for k, v in e.items() if k not in drop} for e in events if e["kind"] == "verification"
+    ]
 
 
 def _config(folder: Path, version: str, url: str = NOWHERE) -> Path:
@@ -51,19 +71,48 @@ def _install(folder: Path, version: str, name: str) -> tuple[Path, Path]:
 
 def test_there_is_a_fixture_set_for_every_version() -> None:
     assert sorted(p.name for p in FIXTURES.glob("v*") if p.is_dir()) == VERSIONS
+    for version in VERSIONS:
+        runs = sorted(p.name for p in (FIXTURES / version).iterdir() if p.is_dir())
+        assert runs == _runs(version)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_fixtures_are_valid_runlogs_of_their_version(version: str) -> None:
-    for name in ("completed", "max_steps", "killed"):
+    for name in _runs(version):
         events = assert_valid_runlog(
             FIXTURES / version / name / "runlog.jsonl", finished=name != "killed"
         )
         assert {e["v"] for e in events} == {int(version[1:])}
-    completed = kinds(read_events(FIXTURES / version / "completed" / "runlog.jsonl"))
+    completed = read_events(FIXTURES / version / "completed" / "runlog.jsonl")
     for kind in ("llm_retry", "llm_fallback", "nudge", "tool_result", "run_finished"):
-        assert kind in completed
+        assert kind in kinds(completed)
     assert list((FIXTURES / version / "completed" / "artifacts").iterdir())
+    assert completed[-1]["steps"] == (9 if version in VERIFIED else 7)
+
+
+@pytest.mark.parametrize("version", VERIFIED)
+def test_the_verified_fixtures_record_each_check_and_its_evidence(version: str) -> None:
+    completed = read_events(FIXTURES / version / "completed" / "runlog.jsonl")
+    assert completed[0]["verify"] == ["command: python check_notes.py"]
+    failed, passed = _verifications(completed)
+    assert (failed["step"], failed["ok"], failed["exit_code"]) == (7, False, 1)
+    assert "no line 'tidied' yet" in failed["evidence"]
+    [answer] = [e for e in completed if e["kind"] == "tool_result" and e["step"] == 7]
+    assert answer["name"] == "finish_task" and not answer["ok"]
+    assert "did not pass verification" in answer["output"]
+    assert failed["evidence"].strip() in answer["output"]  # the model saw the evidence whole
+    assert (passed["step"], passed["ok"], passed["exit_code"]) == (9, True, 0)
+    assert completed[-1]["status"] == "completed"
+
+    unverified = read_events(FIXTURES / version / "unverified" / "runlog.jsonl")
+    assert unverified[0]["verify_override"] == "python check_notes.py done"
+    assert unverified[0]["verify"] == ["command: python check_notes.py done"]
+    checks = [(e["step"], e["ok"], e["exit_code"]) for e in _verifications(unverified)]
+    assert checks == [(2, False, 1), (3, False, 1), (4, False, 1)]
+    end = unverified[-1]
+    assert end["status"] == "unverified" and end["steps"] == 4
+    assert end["payload"] == {"summary": "tidied the notes", "files": ["notes.txt"]}
+    assert end["error"]["code"] == "unverified" and "no line 'done'" in end["error"]["message"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -72,7 +121,7 @@ def test_show_reads_every_version(version: str) -> None:
     folder = FIXTURES / version
     text = cli.invoke(app, ["show", str(folder / "completed")])
     assert text.exit_code == 0, text.output
-    assert "completed after 7 step(s)" in text.stdout
+    assert f"completed after {9 if version in VERIFIED else 7} step(s)" in text.stdout
     assert "switching to m2 on openai" in text.stdout and "retry 2/2" in text.stdout
     assert "warning" not in text.output
     as_json = cli.invoke(app, ["show", str(folder / "completed"), "--json"])
@@ -83,23 +132,51 @@ def test_show_reads_every_version(version: str) -> None:
     assert "no run_finished" in killed_text.stdout
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("name", ["completed", "max_steps"])
+@pytest.mark.parametrize("version", VERIFIED)
+def test_show_tells_each_check_and_the_unverified_end(version: str) -> None:
+    cli = CliRunner()
+    folder = FIXTURES / version
+    completed = cli.invoke(app, ["show", str(folder / "completed")])
+    assert completed.exit_code == 0, completed.output
+    assert "completed after 9 step(s)" in completed.stdout
+    assert "NOT verified: `python check_notes.py` failed with exit code 1" in completed.stdout
+    assert "notes.txt has no line 'tidied' yet" in completed.stdout  # the evidence
+    assert "verified: `python check_notes.py` passed (exit code 0)" in completed.stdout
+    shown = cli.invoke(app, ["show", str(folder / "unverified")])
+    assert shown.exit_code == 0, shown.output
+    assert "unverified after 4 step(s)" in shown.stdout
+    assert shown.stdout.count("NOT verified: `python check_notes.py done` failed") == 3
+    assert "the work still failed verification after 2 repair round(s)" in shown.stdout
+    assert "warning" not in shown.output
+    as_json = cli.invoke(app, ["show", str(folder / "unverified"), "--json"])
+    assert json.loads(as_json.stdout) == read_events(folder / "unverified" / "runlog.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("version", "name"),
+    [(version, name) for version in VERSIONS for name in _runs(version) if name != "killed"],
+)
 def test_replay_of_every_version_is_identical(
     version: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     config = _config(tmp_path, version)
-    runlog, _ = _install(tmp_path, version, name)
+    runlog, workspace = _install(tmp_path, version, name)
+    (workspace / "check_notes.py").write_text(TRACER)  # would leave a trace if a check ran
     result = CliRunner().invoke(app, ["replay", str(runlog), "-c", str(config), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["status"] == "identical", report["divergence"]
     recorded = read_events(runlog)
     assert report["steps_replayed"] == recorded[-1]["steps"]
+    assert report["result"]["status"] == recorded[-1]["status"]
     assert report["result"]["payload"] == recorded[-1]["payload"]
     replayed = assert_valid_runlog(report["runlog"])
     assert replayed[0]["replay_of"] == recorded[0]["run_id"]
+    # the checks' verdicts come from the recording: nothing ran, in the workspace or elsewhere
+    assert _verifications(replayed) == _verifications(recorded)
+    assert not (workspace / TRACE).exists() and not (tmp_path / TRACE).exists()
+    assert (workspace / "notes.txt").read_text() == "remember the milk\n"
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -109,6 +186,8 @@ def test_a_killed_run_of_every_version_resumes(
     monkeypatch.chdir(tmp_path)
     runlog, workspace = _install(tmp_path, version, "killed")
     (workspace / "out.txt").write_text("milk\n")  # what step 2 of the killed run wrote
+    if version in VERIFIED:
+        (workspace / "check_notes.py").write_text(CHECK_NOTES)  # the pack's check
     before = read_events(runlog)
     with MockOpenAIServer(completed_model, models=["m", "m2"]) as server:
         config = _config(tmp_path, version, server.base_url)
@@ -116,14 +195,26 @@ def test_a_killed_run_of_every_version_resumes(
         result = CliRunner().invoke(app, command)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "completed"
-    assert [step_of(body) for body in server.requests if "messages" in body] == [3, 4, 5, 6, 7]
+    asked = [step_of(body) for body in server.requests if "messages" in body]
     events = assert_valid_runlog(runlog)
     assert events[: len(before)] == before
     [mark] = [e for e in events if e["kind"] == "run_resumed"]
     assert mark["from_step"] == 3 and mark["reason"] == "interrupted"
-    assert events[-1]["payload"] == {"summary": "wrote milk to out.txt", "files": ["out.txt"]}
     answers = [(e["step"], e["by"]) for e in events if e["kind"] == "approval"]
     assert answers == ([(3, "cli --yes")] if version != "v1" else [])  # v1: no policy yet
+    checks = [
+        (e["step"], e["ok"], e.get("exit_code")) for e in events if e["kind"] == "verification"
+    ]
+    if version in VERIFIED:
+        # the check ran live in the workspace: it failed on the notes as they were, the model
+        # added the line it wants (step 8), and it passed
+        assert asked == [3, 4, 5, 6, 7, 8, 9]
+        assert checks == [(7, False, 1), (9, True, 0)]
+        assert (workspace / "notes.txt").read_text() == TIDIED
+        assert events[-1]["payload"]["files"] == ["out.txt", "notes.txt"]
+    else:  # no checks: the first valid finish ends the run
+        assert asked == [3, 4, 5, 6, 7] and checks == []
+        assert events[-1]["payload"] == {"summary": "wrote milk to out.txt", "files": ["out.txt"]}
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -151,6 +242,8 @@ def test_a_step_limited_run_of_every_version_resumes_with_more_steps(
     mark = events[len(before) - 1]
     assert mark["kind"] == "run_resumed" and mark["ended"]["status"] == "max_steps"
     assert mark["ended"]["ts"] == before[-1]["ts"] and mark["ended"]["steps"] == 2
+    skipped = [(e["step"], e.get("skipped")) for e in events if e["kind"] == "verification"]
+    assert skipped == ([(3, True)] if version in VERIFIED else [])  # it only listed files
 
 
 def _as_an_earlier_fabric_wrote(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -130,7 +130,7 @@ def test_a_leaked_key_in_tool_output_model_text_and_result_is_redacted(folder: P
     events = assert_valid_runlog(run_dir / "runlog.jsonl")
     results = [e for e in events if e["kind"] == "tool_result"]
     assert [r["name"] for r in results] == ["read_file", "shell"]
-    assert results[0]["output"].startswith("OPENAI_API_KEY=[redacted]\n")
+    assert results[0]["output"].startswith("  1| OPENAI_API_KEY=[redacted]\n")
     assert results[1]["output"].startswith("[exit code 0]\nOPENAI_API_KEY=[redacted]\n")
     assert "export KEY=[redacted]" in (run_dir / results[0]["artifact"]).read_text()
     assert events[-1]["payload"] == {"summary": "found [redacted]"}

@@ -29,8 +29,8 @@ TOKEN = "e2e-service-token-5f1c2a9b7d3e"
 API_KEY = "sk-mock-model-key-never-shown-8842"
 GUARD = 30.0  # seconds: hang guards only, never an assertion about speed
 FINAL = {
-    "completed", "completed_from_text", "invalid_output", "max_steps", "cancelled", "failed",
-    "interrupted",
+    "completed", "completed_from_text", "invalid_output", "unverified", "max_steps",
+    "cancelled", "failed", "interrupted",
 }  # fmt: skip
 Handler = Callable[[dict[str, Any]], tuple[int, Any]]
 

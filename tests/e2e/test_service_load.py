@@ -30,7 +30,7 @@ def three_steps(body: dict[str, Any]) -> tuple[int, Any]:
         return 200, completion(None, [("write_file", {"path": name, "content": task_of(body)})])
     if step == 1:
         return 200, completion(None, [("read_file", {"path": name})])
-    read_back = body["messages"][-1]["content"]
+    read_back = body["messages"][-1]["content"].split("| ", 1)[-1].rstrip("\n")  # "  1| text"
     return 200, completion(None, [("finish_task", {"summary": read_back})])
 
 

@@ -79,7 +79,7 @@ async def _hammer(ctx: ToolContext, counts: dict[str, int]) -> None:
             counts["crashed"] += 1
         else:
             counts[kind] += leak in result
-            counts["inside reads"] += kind == "read" and result.startswith("inside")
+            counts["inside reads"] += kind == "read" and result.startswith("  1| inside")
 
     async def run(fn: Callable[..., str], *args: object, **options: object) -> str:
         return fn(ctx, *args, **options)

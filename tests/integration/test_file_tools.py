@@ -44,6 +44,11 @@ def read(ctx: ToolContext, path: str, **options: Any) -> str:
     return asyncio.run(read_file(ctx, path, **options))
 
 
+def text_of(shown: str) -> str:
+    """read_file's numbered lines ("  12| text") as the text they show."""
+    return "".join(line.split("| ", 1)[1] + "\n" for line in shown.splitlines() if "| " in line)
+
+
 def files_in(folder: Path) -> dict[str, str]:
     return {
         str(p.relative_to(folder)): p.read_text()
@@ -58,19 +63,19 @@ def files_in(folder: Path) -> dict[str, str]:
 def test_read_file_returns_the_text(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "src").mkdir()
     (workspace / "src" / "app.py").write_text("def f():\n    return 1\n")
-    assert read(ctx, "src/app.py") == "def f():\n    return 1\n"
-    assert read(ctx, "./src/../src/app.py") == "def f():\n    return 1\n"
+    assert read(ctx, "src/app.py") == "  1| def f():\n  2|     return 1\n"
+    assert read(ctx, "./src/../src/app.py") == "  1| def f():\n  2|     return 1\n"
 
 
 def test_read_file_window_says_how_to_read_on(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 101)))
     text = read(ctx, "long.txt", start_line=10, max_lines=3)
-    assert text.startswith("line 10\nline 11\nline 12\n")
+    assert text.startswith(" 10| line 10\n 11| line 11\n 12| line 12\n")
     assert "line 13" not in text
     assert "lines 10-12 of 100 shown" in text
     assert "start_line=13" in text
     # the last window has no "more" note
-    assert read(ctx, "long.txt", start_line=99) == "line 99\nline 100\n"
+    assert read(ctx, "long.txt", start_line=99) == " 99| line 99\n100| line 100\n"
 
 
 def test_read_file_past_the_end_says_how_long_the_file_is(
@@ -80,7 +85,7 @@ def test_read_file_past_the_end_says_how_long_the_file_is(
     with pytest.raises(ToolError, match="has 2 lines"):
         read(ctx, "short.txt", start_line=5)
     (workspace / "empty.txt").write_text("")
-    assert read(ctx, "empty.txt") == ""
+    assert read(ctx, "empty.txt") == "(the file is empty)"
 
 
 def test_read_file_line_numbers_match_search_results(ctx: ToolContext, workspace: Path) -> None:
@@ -89,17 +94,18 @@ def test_read_file_line_numbers_match_search_results(ctx: ToolContext, workspace
     (workspace / "odd.py").write_text("a = 1\f\nb = 2\x1c still b\nc = 3\r\nneedle = 4\n")
     hit = search_files(ctx, "needle")
     assert hit.startswith("odd.py:4: needle = 4")
-    assert read(ctx, "odd.py", start_line=4, max_lines=1).startswith("needle = 4")
+    assert read(ctx, "odd.py", start_line=4, max_lines=1).startswith("  4| needle = 4")
 
 
 def test_read_file_large_file_is_read_in_windows(ctx: ToolContext, workspace: Path) -> None:
     line = "x" * 99 + "\n"
     (workspace / "big.log").write_text(line * 60_000 + "THE END\n")  # about 6 MB
     text = read(ctx, "big.log", start_line=2, max_lines=2)
-    assert text.startswith(line * 2)
+    assert text_of(text) == line * 2
+    assert text.startswith("  2| x")
     assert "goes on" in text
     assert "start_line=4" in text
-    assert read(ctx, "big.log", start_line=60_001).startswith("THE END")
+    assert read(ctx, "big.log", start_line=60_001).startswith("60001| THE END")
 
 
 def test_read_file_cuts_an_enormous_line(ctx: ToolContext, workspace: Path) -> None:
@@ -119,7 +125,7 @@ def test_read_file_refuses_binary_folders_and_missing_files(
         read(ctx, "img.png")
     with pytest.raises(ToolError, match="not a file"):
         read(ctx, "dir")
-    with pytest.raises(ToolError, match="not a file"):
+    with pytest.raises(ToolError, match=r"there is no file 'missing\.txt' in the workspace root"):
         read(ctx, "missing.txt")
 
 
@@ -206,7 +212,7 @@ def test_write_file_refuses_read_only_host_code(workspace: Path) -> None:
         write_file(ctx, "hard.yaml", "x")
     assert files_in(workspace) == before
     assert sorted(p.name for p in (workspace / "packs").iterdir()) == ["engineering.py"]
-    assert read(ctx, "packs/engineering.py") == "BUILD = 1\n"  # reading is fine
+    assert text_of(read(ctx, "packs/engineering.py")) == "BUILD = 1\n"  # reading is fine
     write_file(ctx, "packs.txt", "elsewhere is fine\n")
 
 
@@ -444,7 +450,7 @@ def test_symlink_loops_are_errors_not_crashes(ctx: ToolContext, workspace: Path)
 def test_a_symlink_that_stays_inside_is_followed(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "real.txt").write_text("inside\n")
     (workspace / "alias.txt").symlink_to(workspace / "real.txt")
-    assert read(ctx, "alias.txt") == "inside\n"
+    assert text_of(read(ctx, "alias.txt")) == "inside\n"
     write_file(ctx, "alias.txt", "changed\n")
     assert (workspace / "real.txt").read_text() == "changed\n"
 
@@ -456,7 +462,7 @@ def test_a_workspace_reached_through_a_symlink_still_works(tmp_path: Path, outsi
     linked = tmp_path / "ws_link"
     linked.symlink_to(real)
     ctx = ToolContext("t", linked, SandboxSettings())
-    assert read(ctx, "a.txt") == "a\n"
+    assert text_of(read(ctx, "a.txt")) == "a\n"
     assert list_files(ctx) == "a.txt"
     assert write_file(ctx, "b.txt", "b") == "wrote 1 bytes to b.txt"
     with pytest.raises(SandboxError):

@@ -7,6 +7,7 @@ their command line, never by a pid the confined program printed."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shlex
@@ -373,3 +374,39 @@ def test_a_commands_temporary_folder_goes_whatever_it_made_of_it() -> None:
     _, status = os.waitpid(pid, 0)
     shutil.rmtree(base, ignore_errors=True)
     assert os.waitstatus_to_exitcode(status) == 0, "the locked folder outlived the removal"
+
+
+def test_long_pytest_output_reaches_the_model_trimmed_to_the_failures(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real pytest run through the tool: the model gets the failure and the summary, not a
+    line per passing test; other programs' output is left whole (the loop cuts it)."""
+    from fabric.infrastructure.tools.shell import TEST_OUTPUT_CHARS
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    (workspace / "test_many.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.parametrize('n', range(120))\n"
+        "def test_fine(n):\n    assert n == n\n\n\n"
+        "def test_wrong():\n    assert 1 + 1 == 3\n"
+    )
+    kept: dict[str, str] = {}
+
+    def save(name: str, text: str) -> str:
+        kept[f"artifacts/{name}"] = text
+        return f"artifacts/{name}"
+
+    ctx = dataclasses.replace(
+        backend_ctx(workspace, allowed_commands=["python"], command_timeout=60), save_artifact=save
+    )
+    out = run(shell(ctx, "python -m pytest -v -p no:cacheprovider"))
+    assert out.startswith("[exit code 1]\n[pytest output trimmed to the failures and the summary")
+    assert ">       assert 1 + 1 == 3" in out and "E       assert (1 + 1) == 3" in out
+    assert "FAILED test_many.py::test_wrong - assert (1 + 1) == 3" in out
+    assert "1 failed, 120 passed" in out
+    assert "test_fine[0] PASSED" not in out
+    assert len(out) < TEST_OUTPUT_CHARS
+    assert "test_fine[0] PASSED" in "".join(kept.values())  # the whole, beside the runlog
+    assert out.endswith(f"the whole is in {next(iter(kept))}]")
+    other = run(shell(ctx, py("print('x\\n' * 3000, end='')")))
+    assert other == "[exit code 0]\n" + "x\n" * 3000

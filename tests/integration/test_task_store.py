@@ -302,3 +302,31 @@ def test_a_file_from_a_newer_fabric_is_refused(db: Path) -> None:
     with pytest.raises(ConfigError, match="newer fabric") as caught:
         run(db, lambda store: store.query())
     assert "upgrade fabric" in caught.value.hint
+
+
+def test_a_store_from_before_task_verification_is_brought_forward(db: Path) -> None:
+    """A task store written before issue 12 (schema version 1, no ``verify`` column) keeps
+    its tasks and takes new ones with their own check."""
+    from fabric.infrastructure.tasks.sqlite_store import _MIGRATIONS
+
+    db.parent.mkdir(parents=True)
+    with sqlite3.connect(db) as conn:
+        for statement in _MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO tasks (id, pack, task, workspace, status, created_at) "
+            "VALUES ('20261120T000000Z-aaaaaa', 'engineering', 'old', '/w', 'completed', 't')"
+        )
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+    async def work(store: SqliteTaskStore) -> tuple[TaskRecord | None, TaskRecord | None]:
+        await store.add(task(7, verify="python -m pytest -q"))
+        return await store.get("20261120T000000Z-aaaaaa"), await store.get(task(7).id)
+
+    old, new = run(db, work)
+    assert old is not None and old.task == "old" and old.verify is None
+    assert new is not None and new.verify == "python -m pytest -q"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    conn.close()

@@ -8,6 +8,7 @@ from . import (
     probes_git,
     probes_kernel,
     probes_limits,
+    probes_links,
     probes_net,
     probes_planted,
     probes_proc,
@@ -23,6 +24,7 @@ _ORDER = [
     for m in (
         probes_files,
         probes_secrets,
+        probes_links,
         probes_planted,
         probes_git,
         probes_net,
@@ -34,8 +36,8 @@ _ORDER = [
     )
 ]
 PROBES = sorted(REGISTERED, key=lambda p: _ORDER.index(p.check.__module__))
-"""Files, secrets, planted code (git's too), network, processes, kernel, limits, file tools,
-then the normal tasks."""
+"""Files, secrets (through links too), planted code (git's too), network, processes, kernel,
+limits, file tools, then the normal tasks."""
 ESCAPES = [p for p in PROBES if p.kind == "escape"]
 TASKS = [p for p in PROBES if p.kind == "task"]
 

@@ -213,7 +213,8 @@ def test_env_override_on_a_wrongly_typed_llm_section_is_a_config_error(
 def test_unknown_backend_names_are_config_errors(tmp_path: Path) -> None:
     path = write(tmp_path, "llm:\n  backend: olama\n")
     message = config_error(path)
-    assert f"{path}:1" in message and "'olama'" in message and "ollama" in message
+    # the line of the value that is wrong, not of `llm:` where pydantic reports the check
+    assert f"{path}:2: llm.backend:" in message and "'olama'" in message and "ollama" in message
 
 
 def test_a_backend_of_the_wrong_kind_names_its_keys(tmp_path: Path) -> None:

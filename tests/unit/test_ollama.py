@@ -168,6 +168,11 @@ def test_request_carries_num_ctx_temperature_stream_flag_and_tools() -> None:
     assert body["messages"] == MESSAGES
 
 
+def test_max_tokens_goes_out_as_num_predict() -> None:
+    _, bodies, _ = run_chat(whole("chat_text.json"), max_tokens=700, stream=False)
+    assert bodies[0]["options"] == {"num_predict": 700}
+
+
 def test_unset_options_are_left_to_the_server_and_streaming_is_the_default() -> None:
     _, bodies, _ = run_chat(ndjson(fixture_text("chat_stream_text.ndjson")), tools=[])
     assert bodies[0]["stream"] is True

@@ -130,6 +130,13 @@ def test_temperature_is_sent_only_when_set() -> None:
     assert "temperature" not in recorder.body()
 
 
+def test_max_tokens_bounds_a_reply_only_when_set() -> None:
+    _, recorder = chat(completion("x"), max_tokens=1536)
+    assert recorder.body()["max_tokens"] == 1536
+    _, recorder = chat(completion("x"))
+    assert "max_tokens" not in recorder.body()
+
+
 def test_no_tools_means_no_tools_field() -> None:
     _, recorder = chat(completion("x"), tools=[])
     assert "tools" not in recorder.body()

@@ -66,6 +66,7 @@ def test_builtin_engineering(tmp_path: Path) -> None:
     assert lp.pack.model == "coder"
     assert lp.pack.tool_names() == [
         "read_file",
+        "edit_file",
         "write_file",
         "list_files",
         "search_files",
@@ -358,7 +359,7 @@ def test_declarative_unknown_tool_lists_the_library(tmp_path: Path) -> None:
 def test_declarative_invalid_finish_schema(tmp_path: Path) -> None:
     config = write(tmp_path, declarative(schema="{type: object, properties: {a: {type: 12}}}"))
     message = pack_error(load_config(config), "d")
-    assert f"{config}:6: packs.d.finish_schema: Value error, not a valid JSON Schema" in message
+    assert f"{config}:6: packs.d.finish_schema: not a valid JSON Schema" in message
 
 
 def test_declarative_finish_schema_must_be_an_object(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ def started_event() -> dict[str, Any]:
         "system_prompt": "s",
         "finish_schema": {"type": "object"},
         "confinement": None,
+        "verify": [],
     }
 
 
@@ -372,6 +373,7 @@ def test_full_run_against_a_loopback_server_changes_the_workspace(
     names = [t["function"]["name"] for t in bodies[0]["tools"]]
     assert names == [
         "read_file",
+        "edit_file",
         "write_file",
         "list_files",
         "search_files",

@@ -31,8 +31,8 @@ packs:
 
 
 def test_fabric_writes_the_newest_version_and_reads_every_older_one() -> None:
-    assert FORMAT_VERSION == 2
-    assert READABLE_VERSIONS == (1, 2)
+    assert FORMAT_VERSION == 3
+    assert READABLE_VERSIONS == (1, 2, 3)
     log = MemoryRunLog("r")
     log.emit("nudge", {"step": 1, "message": "go on"})
     assert log.events[0]["v"] == FORMAT_VERSION
@@ -49,12 +49,51 @@ def test_each_version_has_its_own_published_schema() -> None:
     new_kinds = {"policy_decision", "approval_requested", "approval"}
     assert not new_kinds & set(schemas[1]["properties"]["kind"]["enum"])
     assert new_kinds <= set(schemas[2]["properties"]["kind"]["enum"])
-    with pytest.raises(ValueError, match="fabric knows 1, 2"):
+    assert "verification" not in schemas[2]["properties"]["kind"]["enum"]
+    assert "verification" in schemas[3]["properties"]["kind"]["enum"]
+    with pytest.raises(ValueError, match="fabric knows 1, 2, 3"):
         schema_path(FORMAT_VERSION + 1)
 
 
 def _line(kind: str, **fields: object) -> dict[str, object]:
     return {"v": 2, "seq": 0, "ts": "2026-11-22T03:17:07Z", "run_id": "r", "kind": kind, **fields}
+
+
+def test_the_v3_schema_checks_verifications_and_the_unverified_end() -> None:
+    v3 = VALIDATORS[3]
+    check = {
+        "v": 3, "seq": 4, "ts": "2026-11-25T03:17:07Z", "run_id": "r", "kind": "verification",
+        "step": 2, "call_id": "c2", "check": "command: python -m pytest -q", "ok": False,
+        "summary": "`python -m pytest -q` failed with exit code 1", "evidence": "FAILED t.py",
+        "command": "python -m pytest -q", "exit_code": 1, "duration_ms": 812.5,
+    }  # fmt: skip
+    assert not list(v3.iter_errors(check))
+    assert list(v3.iter_errors({k: v for k, v in check.items() if k != "summary"}))
+    assert list(VALIDATORS[2].iter_errors({**check, "v": 2}))  # v2 had no such event
+    end = {
+        "v": 3, "seq": 5, "ts": "2026-11-25T03:17:08Z", "run_id": "r", "kind": "run_finished",
+        "status": "unverified", "payload": {"summary": "done"}, "steps": 2,
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "duration_s": 1.0,
+    }  # fmt: skip
+    assert not list(v3.iter_errors(end))
+    assert list(VALIDATORS[2].iter_errors({**end, "v": 2}))
+
+
+def test_the_v3_run_started_names_its_checks() -> None:
+    started = read_events(FIXTURES / "v3" / "completed" / "runlog.jsonl")[0]
+    assert started["verify"] == ["command: python check_notes.py"]
+    v3 = VALIDATORS[3]
+    assert not list(v3.iter_errors(started))
+    without = {k: v for k, v in started.items() if k != "verify"}
+    assert any("verify" in e.message for e in v3.iter_errors(without))
+    assert not list(v3.iter_errors({**started, "verify": []}))  # a pack with no checks
+    assert list(v3.iter_errors({**started, "verify": "command: python check_notes.py"}))
+    overridden = read_events(FIXTURES / "v3" / "unverified" / "runlog.jsonl")[0]
+    assert overridden["verify_override"] == "python check_notes.py done"
+    assert not list(v3.iter_errors(overridden))
+    assert list(v3.iter_errors({**overridden, "verify_override": ["off"]}))
+    assert not list(VALIDATORS[2].iter_errors({**without, "v": 2}))  # v2 had no verify
 
 
 def test_the_v2_schema_checks_the_new_kinds_and_the_confinement() -> None:
@@ -105,7 +144,9 @@ def test_a_newer_runlog_is_refused_with_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="written by a newer fabric") as caught:
         check_versions(events, "runlog.jsonl")
     assert "upgrade fabric" in caught.value.hint
-    assert "version 3" in caught.value.message and "line seq 5" in caught.value.message
+    message = caught.value.message
+    assert f"version {FORMAT_VERSION + 1}" in message and "line seq 5" in message
+    assert f"reads versions 1 to {FORMAT_VERSION}" in message
     with pytest.raises(ConfigError, match="newer fabric"):
         Recording(events)
     with pytest.raises(ConfigError, match="newer fabric"):

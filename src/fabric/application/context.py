@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,3 +26,7 @@ class ToolContext:
     """Files and folders file tools may read but never write: what fabric or the user's own
     tools execute later (fabric.yaml, pack sources, virtualenvs, .git hooks and config; see
     ADR 0013). A path equal to one of them or below it is refused for writing."""
+    save_artifact: Callable[[str, str], str] | None = None
+    """Keeps a text beside the runlog and returns its reference (``RunLog.save_artifact``):
+    for a tool that shows the model less than it got (e.g. pytest output cut to the
+    failures), so the whole stays on record. None outside a logged run."""

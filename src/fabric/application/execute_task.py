@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabric.config.prompts import FINISH_INVALID, NUDGE
+from fabric.config.prompts import FINISH_INVALID, NUDGE, REPEATED, VERIFY_FAILED
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import FabricError, ToolError
 from fabric.domain.models import (
@@ -36,6 +37,9 @@ from .context import ToolContext
 from .cost import Prices, RunCost
 from .pack import FINISH_TOOL, Pack
 from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
+from .verify import RunRecord, ToolUse, Verdict, describe
+
+_SKIPPED = {"skipped": True}
 
 
 class _Stop(Exception):
@@ -70,10 +74,14 @@ class _Run:
     on_delta: DeltaSink | None = None
     cost: RunCost | None = None
     gate: PolicyGate | None = None
+    record: RunRecord = field(default_factory=RunRecord)
+    """The tool calls so far, uncut, for the pack's verifiers."""
     _sent: int = 0
     _chatting: asyncio.Task[Any] | None = None
     """The task waiting for the model right now, which a cancel cuts (``_watch``)."""
     _cut: bool = False
+    _last_call: tuple[str, str, str] | None = None
+    _repeats: int = 0
 
     def __post_init__(self) -> None:
         self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}
@@ -104,12 +112,13 @@ class _Run:
             response = await self._call_model()
             self.messages.append(response.message)
             self._sent = len(self.messages)  # the reply is logged in llm_response, not again
-            self._check_cancel()
             if not response.tool_calls:
+                self._check_cancel()
                 self._no_tool_calls(response)
                 continue
             for call in response.tool_calls:
-                self._check_cancel()
+                if call.name != FINISH_TOOL:  # a final answer that came with a cancel is kept
+                    self._check_cancel()
                 self.messages.append(await self._handle(call))
 
     def _check_cancel(self) -> None:
@@ -166,7 +175,7 @@ class _Run:
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(0)
             task.uncancel()
-        return response  # the reply counts; the loop's next check ends the run
+        return response  # the reply counts: a finish_task in it is kept, the rest not acted on
 
     def _no_tool_calls(self, response: ChatResponse) -> None:
         text = response.content or ""
@@ -199,7 +208,7 @@ class _Run:
                     hint="send the arguments as one JSON object matching the tool's schema",
                 )
             if call.name == FINISH_TOOL:
-                output = self._finish(call.arguments)
+                output = await self._finish(call.id, call.arguments)
             else:
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
@@ -213,6 +222,9 @@ class _Run:
         except (Exception, SystemExit) as exc:  # a tool's own bug must not end the run
             ok, error = False, {"code": "tool_crashed", "message": f"{type(exc).__name__}: {exc}"}
             output = f"error: the tool {_clip(call.name)} failed: {type(exc).__name__}: {exc}"
+        if call.name != FINISH_TOOL and call.arguments is not None:
+            self.record.uses.append(ToolUse(call.name, call.arguments, ok, output))
+            output += self._repeated(call.name, call.arguments, output)
         if len(output) > self.limits.tool_output_chars:
             name = f"step{self.steps}-{call.name[:40]}-{call.id[:40]}.txt"
             artifact = self.log.save_artifact(name, output)
@@ -232,6 +244,14 @@ class _Run:
         self.log.emit("tool_result", result)
         return {"role": "tool", "tool_call_id": call.id, "content": output}
 
+    def _repeated(self, name: str, arguments: Mapping[str, Any], output: str) -> str:
+        """A note for the model when it makes the call it just made and gets the same result:
+        small models loop on one failing edit until the steps run out."""
+        key = (name, json.dumps(arguments, sort_keys=True, default=str), output)
+        self._repeats = self._repeats + 1 if key == self._last_call else 1
+        self._last_call = key
+        return REPEATED.format(times=self._repeats) if self._repeats > 1 else ""
+
     async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         tool = self.tools.get(name)
         if tool is None:
@@ -250,28 +270,89 @@ class _Run:
                 hint="try a smaller piece of work, or raise limits.tool_timeout for the pack",
             ) from None
 
-    def _finish(self, arguments: dict[str, Any]) -> str:
+    async def _finish(self, call_id: str, arguments: dict[str, Any]) -> str:
         errors = self.finish_check(arguments)
-        if not errors:
-            raise _Stop(RunStatus.COMPLETED, payload=arguments)
-        problems = "\n".join(f"- {e}" for e in errors)
-        self._count_repair(problems)
-        raise ToolError(FINISH_INVALID.format(problems=problems))
+        if errors:
+            problems = "\n".join(f"- {e}" for e in errors)
+            self._count_repair(problems)
+            raise ToolError(FINISH_INVALID.format(problems=problems))
+        await self._verify(call_id, arguments)
+        raise _Stop(RunStatus.COMPLETED, payload=arguments)
 
-    def _count_repair(self, problems: str) -> None:
-        """One more failed finish_task; end the run once the repair rounds are used up."""
-        self.repairs += 1
-        if self.repairs > self.limits.finish_repairs:
-            raise _Stop(
-                RunStatus.INVALID_OUTPUT,
-                payload=None,
-                error={
-                    "code": "invalid_output",
-                    "message": f"finish_task arguments were still invalid after "
-                    f"{self.limits.finish_repairs} repair round(s):\n{problems}",
-                    "hint": "use a stronger model or relax the pack's finish schema",
-                },
+    async def _verify(self, call_id: str, payload: dict[str, Any]) -> None:
+        """Run the pack's checks of the work, each recorded as a ``verification`` event; a
+        failed one goes back to the model as this finish_task's result (a repair round). A
+        check that cannot run at all ends the run ``unverified``. A cancel ends the run
+        before the next check: a claim that was not checked is not ``completed``."""
+        for verifier in self.pack.verifiers:
+            self._check_cancel()
+            started = time.perf_counter()
+            event = {"step": self.steps, "call_id": call_id, "check": verifier.name}
+            try:
+                verdict = await verifier.verify(payload, self.ctx, self.record)
+            except FabricError as exc:
+                error = _describe(exc)
+                self.log.emit(
+                    "verification",
+                    {
+                        **event,
+                        "ok": False,
+                        "summary": f"the check could not run: {exc.message}",
+                        "error": error,
+                        "duration_ms": _ms(started),
+                    },
+                )
+                message = f"the work could not be verified ({verifier.name}): {exc.message}"
+                raise _Stop(RunStatus.UNVERIFIED, payload, {**error, "message": message}) from exc
+            if verdict is None:
+                verdict = Verdict(True, "nothing to check in this run", detail=_SKIPPED)
+            self.log.emit(
+                "verification", {**event, **verdict.as_event(), "duration_ms": _ms(started)}
             )
+            if verdict.ok:
+                continue
+            self._count_repair(
+                f"{verdict.summary}\n{verdict.evidence}".strip(),
+                status=RunStatus.UNVERIFIED,
+                payload=payload,
+            )
+            left = self.limits.finish_repairs - self.repairs + 1
+            raise ToolError(
+                VERIFY_FAILED.format(
+                    summary=verdict.summary,
+                    evidence=verdict.evidence,
+                    left=left,
+                )
+            )
+
+    def _count_repair(
+        self,
+        problems: str,
+        *,
+        status: RunStatus = RunStatus.INVALID_OUTPUT,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        """One more rejected finish_task; end the run once the repair rounds are used up:
+        ``invalid_output`` for arguments that never fit the schema, ``unverified`` (keeping
+        the last claim as the payload) for work that never passed verification."""
+        self.repairs += 1
+        if self.repairs <= self.limits.finish_repairs:
+            return
+        rounds = f"{self.limits.finish_repairs} repair round(s)"
+        if status is RunStatus.UNVERIFIED:
+            error = {
+                "code": "unverified",
+                "message": f"the work still failed verification after {rounds}:\n{problems}",
+                "hint": "see the verification events in the runlog (fabric show); try a "
+                "stronger model, more steps, or a smaller task",
+            }
+        else:
+            error = {
+                "code": "invalid_output",
+                "message": f"finish_task arguments were still invalid after {rounds}:\n{problems}",
+                "hint": "use a stronger model or relax the pack's finish schema",
+            }
+        raise _Stop(status, payload=payload, error=error)
 
 
 async def execute_task(
@@ -315,6 +396,7 @@ async def execute_task(
         tuple(p.resolve() for p in protected),
         commands,
         tuple(p.resolve() for p in read_only),
+        runlog.save_artifact,
     )
     if chat is None and start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")
@@ -338,6 +420,7 @@ async def execute_task(
             "confinement": dict(commands.confinement) if commands is not None else None,
             "system_prompt": pack.system_prompt,
             "finish_schema": pack.finish_schema,
+            "verify": describe(pack.verifiers),
         },
     )
     run.messages += [

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from fabric.config.schema import SandboxSettings
 
 from .ports import Tool
+from .verify import Verifier
 
 FINISH_TOOL = "finish_task"
 
@@ -86,6 +87,9 @@ class Pack:
     finish_model: type[BaseModel] | None = None
     """The pydantic model ``finish_schema`` was generated from, if any: arguments are then
     checked with it (strictly) instead of a JSON Schema validator."""
+    verifiers: Sequence[Verifier] = ()
+    """Checks of the work run after a valid finish_task, before the run may end
+    ``completed`` (``verify.py``): e.g. the project's tests, or that cited pages were read."""
 
     def __post_init__(self) -> None:
         names = [t.spec.name for t in self.tools]

@@ -5,6 +5,7 @@
   (ADR 0003), and answers with the recorded reply.
 - ``recorded_tools``: tools with the pack's specs whose calls return the recorded results, in
   order (no side effects); a call the policy or a person refused never ran, so it has none.
+- ``recorded_verifiers``: the checks of the work, giving the recorded verdicts.
 - ``WatchingRunLog``: the replay's own runlog, comparing each tool call and each policy
   decision with the recorded one as it is written.
 
@@ -34,6 +35,7 @@ from .divergence import (
 from .pack import Pack
 from .ports import DeltaSink, RunLog, Tool
 from .recording import Recording
+from .verify import RunRecord, Verdict, Verifier
 
 REFUSED = frozenset({"policy_denied", "approval_denied"})
 """Error codes of a tool result whose tool never ran: the policy or a person refused it."""
@@ -292,3 +294,77 @@ __all__ = [
     "recorded_response",
     "recorded_tools",
 ]
+
+
+class _RecordedCheckError(RunError):
+    """A check that could not run then, failing the same way now."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")), hint=str(error.get("hint", "")))
+        self._code = str(error.get("code", "run_error"))
+
+    @property
+    def code(self) -> str:
+        return self._code
+
+
+class _RecordedVerifier:
+    """A pack check whose verdicts come from the recording, in order; with ``live``, the
+    checks of steps after ``upto_step`` are made for real (a resumed run's new steps)."""
+
+    def __init__(
+        self,
+        name: str,
+        events: deque[Mapping[str, Any]],
+        state: ReplayState,
+        live: Verifier | None = None,
+        upto_step: int = 0,
+    ) -> None:
+        self._name, self._events, self._state = name, events, state
+        self._live, self._upto = live, upto_step
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def verify(
+        self, payload: Mapping[str, Any], ctx: ToolContext, record: RunRecord
+    ) -> Verdict | None:
+        if self._live is not None and self._state.step > self._upto:
+            return await self._live.verify(payload, ctx, record)
+        if not self._events:
+            self._state.diverge(self._state.step, f"verification({self._name})", "none", "one")
+            raise RunError(f"the recording has no further result of the check {self._name!r}")
+        event = self._events.popleft()
+        if isinstance(event.get("error"), Mapping):
+            raise _RecordedCheckError(event["error"])
+        return None if event.get("skipped") else Verdict.from_event(event)
+
+
+def recorded_verifiers(
+    recording: Recording,
+    pack: Pack,
+    *,
+    state: ReplayState,
+    live: bool = False,
+    upto_step: int = 0,
+) -> list[Verifier]:
+    """Checks named as the run recorded them (``run_started.verify``) whose verdicts come from
+    its ``verification`` events, so a replay reaches the same end without running anything.
+    With ``live`` (a resume, a live replay), the pack's own checks of the same name judge the
+    steps after ``upto_step``; a resume needs every one of them (``missing_checks``)."""
+    names = [str(n) for n in recording.started.get("verify") or ()]
+    queues: dict[str, deque[Mapping[str, Any]]] = {n: deque() for n in names}
+    for event in recording.verifications:
+        queues.setdefault(str(event.get("check")), deque()).append(event)
+    own = {v.name: v for v in pack.verifiers}
+    return [
+        _RecordedVerifier(n, queues[n], state, own.get(n) if live else None, upto_step)
+        for n in names
+    ]
+
+
+def missing_checks(recording: Recording, pack: Pack) -> list[str]:
+    """The checks the recorded run started with that ``pack`` no longer has."""
+    own = {v.name for v in pack.verifiers}
+    return [str(n) for n in recording.started.get("verify") or () if str(n) not in own]

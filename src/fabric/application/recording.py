@@ -53,6 +53,8 @@ class Recording:
         self.tools: list[Any] = []
         self.steps: list[RecordedStep] = []
         self.results: list[Mapping[str, Any]] = []
+        self.verifications: list[Mapping[str, Any]] = []
+        """``verification`` events (format version 3 and later), in order."""
         self.policy: dict[CallKey, Mapping[str, Any]] = {}
         """``policy_decision`` events by call (format version 2 and later)."""
         self.approvals: dict[CallKey, Mapping[str, Any]] = {}
@@ -87,6 +89,8 @@ class Recording:
             step.tool_calls.append(dict(event))
         elif kind == "tool_result":
             self.results.append(event)
+        elif kind == "verification":
+            self.verifications.append(event)
         elif kind == "policy_decision":
             self.policy[(step.number, str(event.get("call_id")))] = event
         elif kind == "approval":
@@ -98,6 +102,7 @@ class Recording:
             del by_number[number]
         self.steps = [s for s in self.steps if s.number < first]
         self.results = [r for r in self.results if int(r.get("step", 0)) < first]
+        self.verifications = [v for v in self.verifications if int(v.get("step", 0)) < first]
         self.policy = {k: v for k, v in self.policy.items() if k[0] < first}
         self.approvals = {k: v for k, v in self.approvals.items() if k[0] < first}
 

@@ -28,7 +28,7 @@ from .divergence import Diverged, Divergence, ReplayState, first_difference, pla
 from .execute_task import execute_task
 from .pack import Pack
 from .ports import RunLog
-from .recorded import ReplayChatClient, WatchingRunLog, recorded_tools
+from .recorded import ReplayChatClient, WatchingRunLog, recorded_tools, recorded_verifiers
 from .recording import Recording
 
 
@@ -84,7 +84,8 @@ async def replay(
     tools = (
         list(pack.tools) if live else recorded_tools(recording, pack, state=state, run_dir=run_dir)
     )
-    replay_pack = dataclasses.replace(pack, tools=tools)
+    verifiers = recorded_verifiers(recording, pack, state=state, live=live)
+    replay_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers)
     if limits is None:
         limits = Limits.model_validate(recording.limits)
     result = await execute_task(

@@ -1,17 +1,18 @@
 """Continuing an interrupted run: ``fabric resume``.
 
 A run that never wrote ``run_finished`` (the process was killed, the machine or the service
-restarted), or one that stopped at ``max_steps`` and is given more steps, goes on with the same
-run id, workspace and runlog. The unchanged loop (``execute_task``) is driven again: for the
-steps already complete in the log (their ``llm_response`` and every ``tool_result`` are
-there) the model's replies and the tools' results come from the log, as a replay serves them,
-so the model is not asked again and no tool runs twice; from the first incomplete step on, the
-live chat client and the pack's real tools take over. A runlog wrapper drops the events of the
-re-driven steps (they are in the log already), writes ``run_resumed`` and passes the rest on.
+restarted), one that was cancelled (Ctrl-C), or one that stopped at ``max_steps`` and is given
+more steps, goes on with the same run id, workspace and runlog. The unchanged loop
+(``execute_task``) is driven again: for the steps already complete in the log (their
+``llm_response`` and every ``tool_result`` are there) the model's replies and the tools'
+results come from the log, as a replay serves them, so the model is not asked again and no
+tool runs twice; from the first incomplete step on, the live chat client and the pack's real
+tools take over. A runlog wrapper drops the events of the re-driven steps (they are in the
+log already), writes ``run_resumed`` and passes the rest on.
 
-A run has one end: the ``run_finished`` of a run resumed after ``max_steps`` goes into
-``run_resumed`` (as ``ended``), in its place in the log (``JsonlRunLog.reopen`` replaces it),
-so the log still ends with exactly one ``run_finished``, the resumed run's (ADR 0010).
+A run has one end: the ``run_finished`` of a run resumed after ``max_steps`` or a cancel goes
+into ``run_resumed`` (as ``ended``), in its place in the log (``JsonlRunLog.reopen`` replaces
+it), so the log still ends with exactly one ``run_finished``, the resumed run's (ADR 0010).
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ from .divergence import Diverged, ReplayState
 from .execute_task import execute_task
 from .pack import Pack
 from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
-from .recorded import ReplayChatClient, recorded_tools
+from .recorded import ReplayChatClient, missing_checks, recorded_tools, recorded_verifiers
 from .recording import Recording
 
-RESUMABLE = ("max_steps",)
-"""The end states a run can be resumed from, besides having no end at all."""
+RESUMABLE = ("max_steps", "cancelled")
+"""The end states a run can be resumed from, besides having no end at all: a run stopped at
+its step limit (given more steps) and one a person stopped (Ctrl-C), which goes on from its
+last complete step."""
 _STEP_KINDS = {
     "llm_request",
     "llm_response",
@@ -48,6 +51,7 @@ _STEP_KINDS = {
     "approval_requested",
     "approval",
     "tool_result",
+    "verification",
     "nudge",
 }
 """Events of a step: those of the re-driven steps are in the log already."""
@@ -74,8 +78,8 @@ class ResumePlan:
 def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = None) -> ResumePlan:
     """Check that the run can be resumed and find its last complete step.
 
-    Raises ``ConfigError`` for a run that ended (other than at ``max_steps`` with a higher
-    ``max_steps`` now) or whose log has no ``run_started``."""
+    Raises ``ConfigError`` for a run that ended otherwise than cancelled or at ``max_steps``
+    (either with steps left under ``max_steps``), or whose log has no ``run_started``."""
     try:
         recording = Recording(events)
     except FabricError as exc:
@@ -93,13 +97,13 @@ def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = Non
         reason = str(finished["status"])
         if limits.max_steps <= completed:
             raise ConfigError(
-                f"the run ended after {completed} step(s) at its step limit",
+                f"the run ended ({reason}) after {completed} step(s), its step limit",
                 hint=f"pass --max-steps above {completed} to give it more steps",
             )
     else:
         raise ConfigError(
-            f"the run {recording.run_id} already ended ({finished.get('status')}); "
-            "only an interrupted run or one that hit max_steps can be resumed",
+            f"the run {recording.run_id} already ended ({finished.get('status')}); only an "
+            "interrupted or cancelled run, or one that hit max_steps, can be resumed",
             hint="start a new run with `fabric run`",
         )
     kept = [
@@ -262,13 +266,22 @@ async def resume_task(
     tool output come back whole from its artifact, as it did the first time. ``approver``
     answers the policy's asks in the new steps (those of the re-driven ones are recorded)."""
     recording = Recording(plan.events)
+    if missing := missing_checks(recording, pack):
+        raise ConfigError(
+            f"the run started with checks of its work that pack {pack.name!r} no longer has: "
+            f"{'; '.join(missing)}",
+            hint="restore the pack's verify settings as they were, or start a new run",
+        )
     state = ReplayState()
     recorded = recorded_tools(recording, pack, state=state, run_dir=run_dir)
     tools: list[Tool] = [
         _ResumingTool(live, rec, plan.completed, state)
         for live, rec in zip(pack.tools, recorded, strict=True)
     ]
-    resumed_pack = dataclasses.replace(pack, tools=tools)
+    verifiers = recorded_verifiers(
+        recording, pack, state=state, live=True, upto_step=plan.completed
+    )
+    resumed_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers)
     resuming = (
         _ResumingChat(ReplayChatClient(recording, state), chat, plan.completed, state)
         if chat is not None

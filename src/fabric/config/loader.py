@@ -2,7 +2,7 @@
 
 Where the config comes from, first match wins: ``--config FILE``, ``$FABRIC_CONFIG``,
 ``./fabric.yaml``, the default packaged with fabric. Every mistake becomes one ``ConfigError``
-naming the file, the key path and the line.
+naming the file, the key path and the line (``where.py`` finds it).
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ from pydantic import BaseModel, HttpUrl, TypeAdapter, ValidationError
 from fabric.domain.errors import ConfigError
 
 from .schema import EmbeddedBackend, FabricConfig
+from .where import error_message, line_of, yaml_error
+from .where import validation_error as validation_error  # used from here by other loaders
+
+_line_of = line_of  # the name other loaders (eval suites) use
 
 CONFIG_ENV = "FABRIC_CONFIG"
 BASE_URL_ENV = "FABRIC_BASE_URL"
@@ -46,7 +50,7 @@ class LoadedConfig:
 
     def where(self, *loc: str | int) -> str:
         """``file:line`` of the key at ``loc`` (or just the file when no line is known)."""
-        line = _line_of(self.text, loc)
+        line = line_of(self.text, loc)
         return f"{self.source}:{line}" if line else self.source
 
     def error(
@@ -125,13 +129,7 @@ def _parse(text: str, source: str) -> dict[str, Any]:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(
-            f"{where}: not valid YAML: {problem}",
-            hint="check indentation and quoting around that line",
-        ) from None
+        raise yaml_error(exc, source, text) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -158,7 +156,7 @@ def _with_env_overrides(config: FabricConfig) -> FabricConfig:
         try:
             url = TypeAdapter(HttpUrl).validate_python(base_url)
         except ValidationError as exc:
-            problem = exc.errors(include_url=False)[0]["msg"]
+            problem = error_message(exc.errors(include_url=False)[0])
             raise ConfigError(
                 f"{BASE_URL_ENV}={base_url!r} is not a valid URL: {problem}",
                 hint=f"set {BASE_URL_ENV} to e.g. http://127.0.0.1:8080/v1, or unset it",
@@ -186,93 +184,3 @@ def _with_env_overrides(config: FabricConfig) -> FabricConfig:
         }
         llm = llm.model_copy(update={"models": dict.fromkeys(keys, model), "backends": backends})
     return config if llm is config.llm else config.model_copy(update={"llm": llm})
-
-
-def validation_error(
-    exc: ValidationError,
-    source: str,
-    text: str,
-    model: type[BaseModel],
-    prefix: Sequence[str | int],
-) -> ConfigError:
-    """One message for all of a validation error's problems, each with key path and line."""
-    lines = []
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None
-    for err in exc.errors(include_url=False):
-        loc = _without_tags(data, [*prefix, *err["loc"]])
-        line = _line_of(text, loc)
-        where = f"{source}:{line}" if line else source
-        key = ".".join(str(p) for p in loc) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key" + _valid_keys_hint(model, loc[len(prefix) :])
-        lines.append(f"{where}: {key}: {msg}")
-    head = "invalid configuration" if len(lines) > 1 else lines[0]
-    body = "\n".join(f"  {ln}" for ln in lines) if len(lines) > 1 else ""
-    return ConfigError(head + ("\n" + body if body else ""), hint="fix the key and run again")
-
-
-def _without_tags(data: Any, loc: list[str | int]) -> list[str | int]:
-    """The key path without the union tags pydantic puts in it: ``backends.mine.openai.x``
-    is ``backends.mine.x`` in the file (``openai`` being that entry's ``kind``)."""
-    out: list[str | int] = []
-    for part in loc:
-        if isinstance(data, dict) and part not in data and data.get("kind") == part:
-            continue
-        out.append(part)
-        data = data.get(part) if isinstance(data, dict) else None
-    return out
-
-
-def _valid_keys_hint(root: type[BaseModel], loc: Sequence[str | int]) -> str:
-    """For an unknown key, list the keys that the enclosing model accepts."""
-    model: type[BaseModel] | None = root
-    for part in list(loc)[:-1]:
-        if model is None:
-            return ""
-        field = model.model_fields.get(str(part))
-        if field is None:
-            continue  # a dict key such as a pack name: stay on the value's model
-        model = _model_of(field.annotation)
-    return f" (valid keys: {', '.join(model.model_fields)})" if model else ""
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _line_of(text: str, loc: Sequence[str | int]) -> int | None:
-    """The 1-based line of the YAML key at ``loc``, or of its nearest parent key that exists
-    (so a missing ``packs.p.system_prompt`` points at ``p:``)."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    best = None if node is None else node.start_mark.line + 1
-    for part in loc:
-        if node is None:
-            break
-        child = None
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                if key.value == str(part):
-                    best, child = key.start_mark.line + 1, value
-                    break
-        elif (
-            isinstance(node, yaml.SequenceNode)
-            and isinstance(part, int)
-            and 0 <= part < len(node.value)
-        ):
-            child = node.value[part]
-            best = child.start_mark.line + 1
-        node = child
-    return best

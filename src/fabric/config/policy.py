@@ -30,8 +30,8 @@ class PolicyRule(_Strict):
     )
     path: str | None = Field(
         None,
-        description="read_file, write_file, list_files and search_files only: a glob for the "
-        "call's workspace-relative path; '**' crosses '/', '*' and '?' do not "
+        description="read_file, write_file, edit_file, list_files and search_files only: a glob "
+        "for the call's workspace-relative path; '**' crosses '/', '*' and '?' do not "
         "(e.g. '**/*.lock').",
     )
     verdict: Verdict = Field(description="allow, ask (a person approves first) or deny.")

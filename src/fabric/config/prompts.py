@@ -9,3 +9,16 @@ FINISH_INVALID = (
     "finish_task was not accepted: its arguments do not match the required schema.\n"
     "{problems}\nCall finish_task again with corrected arguments."
 )
+
+REPEATED = (
+    "\n[fabric: you made this same call {times} times in a row and got the same result each "
+    "time. Repeating it will not help: read the file again, try a different change, or run "
+    "the tests to see what is wrong.]"
+)
+
+VERIFY_FAILED = (
+    "finish_task was not accepted: the work did not pass verification.\n"
+    "{summary}\n{evidence}\n"
+    "Fix the problem, check it yourself, then call finish_task again. "
+    "Attempts left: {left}."
+)

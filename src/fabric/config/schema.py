@@ -86,6 +86,13 @@ class ModelOptions(_Strict):
         ge=256,
         description="Context window to ask Ollama for (default: the model's own, up to 32768).",
     )
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Most tokens one reply may have (OpenAI-compatible servers, the embedded "
+        "model, Ollama's num_predict; Anthropic backends have their own max_tokens). Bounds "
+        "how long one step can take on a slow machine. Unset: the server's default.",
+    )
     input_price: float | None = Field(
         None, ge=0, description="US dollars per million prompt tokens, for the run's cost."
     )
@@ -173,8 +180,9 @@ class AnthropicBackend(_Backend):
 
 
 class EmbeddedBackend(_Backend):
-    """llama.cpp inside fabric (pip install 'agent-fabric[local]'): started on loopback for a
-    run and stopped after it. Needs no model server."""
+    """llama.cpp run by fabric (pip install 'agent-fabric[local]') on loopback: one server
+    per model file and settings, shared by every run and task of this user on the machine,
+    started on demand and stopped when idle. Needs no model server."""
 
     kind: Literal["embedded"]
     model_path: str | None = Field(
@@ -185,6 +193,12 @@ class EmbeddedBackend(_Backend):
     context_size: int = Field(8192, ge=512, description="Context window in tokens.")
     threads: int | None = Field(None, ge=1, description="CPU threads; unset: all cores.")
     startup_timeout: float = Field(120.0, gt=0, description="Seconds to wait for it to load.")
+    idle_timeout: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds the shared server stays up once no fabric process uses it; "
+        "then it stops and frees its memory (the next run starts it again).",
+    )
 
 
 Backend = Annotated[
@@ -367,7 +381,10 @@ class Limits(_Strict):
 
     max_steps: int = Field(30, ge=1, description="Model calls at most.")
     finish_repairs: int = Field(
-        2, ge=0, description="Extra chances after finish_task arguments fail validation."
+        2,
+        ge=0,
+        description="Extra chances after a finish_task is refused: its arguments fail "
+        "validation, or the work fails the pack's verification (one budget for both).",
     )
     tool_timeout: float = Field(
         600.0,
@@ -380,6 +397,26 @@ class Limits(_Strict):
         ge=256,
         description="Tool output longer than this is cut for the model; the full text is kept "
         "as an artifact beside the runlog.",
+    )
+
+
+class VerifySettings(_Strict):
+    """How a pack checks the work before a run may end ``completed``."""
+
+    command: str | None = Field(
+        None,
+        description="Run in the workspace (confined like the pack's commands) after a valid "
+        "finish_task; exit code 0 passes, anything else goes back to the model as a failed "
+        "finish (a repair round), and the run ends 'unverified' when the rounds run out. "
+        "'auto': the project's pytest tests, when the workspace has any. Unset: no command.",
+    )
+    when: Literal["changed", "always"] = Field(
+        "changed",
+        description="changed: only for runs that did more than read (wrote a file, ran a "
+        "command); always: after every finish_task.",
+    )
+    timeout: float | None = Field(
+        None, gt=0, description="Seconds the command may take (default: sandbox.command_timeout)."
     )
 
 
@@ -397,6 +434,11 @@ class PackSettings(BaseModel):
     limits: Limits = Field(default_factory=Limits, description="Bounds on each run.")
     sandbox: SandboxSettings = Field(
         default_factory=SandboxSettings, description="What the pack's tools may touch."
+    )
+    verify: VerifySettings = Field(
+        default_factory=VerifySettings,
+        description="How the work is checked before a run ends completed (per task: "
+        "--verify / --no-verify, or the task's verify field).",
     )
 
 

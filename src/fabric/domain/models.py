@@ -156,6 +156,9 @@ class RunStatus(enum.StrEnum):
     """The model stopped calling tools, even after a nudge; the payload wraps its text."""
     INVALID_OUTPUT = "invalid_output"
     """finish_task kept failing validation until the repair rounds ran out."""
+    UNVERIFIED = "unverified"
+    """finish_task was valid, but the pack's verification of the work (its tests, the
+    citations' sources) kept failing until the repair rounds ran out, or could not run."""
     MAX_STEPS = "max_steps"
     """The step limit was reached before finish_task."""
     CANCELLED = "cancelled"

@@ -32,7 +32,7 @@ from .errors import SandboxError
 Verdict = Literal["allow", "ask", "deny"]
 Scope = Literal["once", "run"]
 SHELL_TOOL = "shell"
-PATH_TOOLS = frozenset({"read_file", "write_file", "list_files", "search_files"})
+PATH_TOOLS = frozenset({"read_file", "write_file", "edit_file", "list_files", "search_files"})
 """The file tools whose ``path`` argument a rule's ``path`` glob is matched against."""
 ANY_ARGS = "**"
 

@@ -1,9 +1,10 @@
 """The runlog format's versions: the one this fabric writes and every one it can read.
 
 Each line of a runlog carries ``v``. Version 1 is the first format; version 2 adds the policy
-and approval events and the OS confinement in ``run_started`` (docs/adr/0003). A reader takes
-every version up to ``FORMAT_VERSION`` (a resumed old run can hold lines of two versions) and
-refuses a later one with ``check_versions``, rather than misreading it.
+and approval events and the OS confinement in ``run_started``; version 3 the ``verification``
+event, ``run_started.verify`` and the status ``unverified`` (docs/adr/0003). A reader takes
+every version up to ``FORMAT_VERSION`` (a resumed old run can hold lines of several versions)
+and refuses a later one with ``check_versions``, rather than misreading it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The version this fabric writes."""
 READABLE_VERSIONS = tuple(range(1, FORMAT_VERSION + 1))
 """Every version fabric ever wrote; all of them stay readable."""

@@ -5,20 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .models import RunStatus
+
 QUEUED, RUNNING, INTERRUPTED = "queued", "running", "interrupted"
 AWAITING_APPROVAL = "awaiting_approval"
 """Running, but paused until a person answers a tool call the policy asks about."""
-FINAL = frozenset(
-    {
-        "completed",
-        "completed_from_text",
-        "invalid_output",
-        "max_steps",
-        "cancelled",
-        "failed",
-        INTERRUPTED,
-    }
-)
+FINAL = frozenset({*(status.value for status in RunStatus), INTERRUPTED})
 """A task in one of these states is over; the others are ``queued``, ``running`` and
 ``awaiting_approval``."""
 STATUSES = FINAL | {QUEUED, RUNNING, AWAITING_APPROVAL}
@@ -42,6 +34,8 @@ class TaskRecord:
     steps: int = 0
     payload: dict[str, Any] | None = None
     error: dict[str, str] | None = None
+    verify: str | None = None
+    """The task's own check of the work (a command, or 'off'); None: the pack's."""
 
     @property
     def final(self) -> bool:

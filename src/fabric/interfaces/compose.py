@@ -89,6 +89,14 @@ class Runner:
             self._packs[name] = load_pack(self.loaded, name)
         return self._packs[name]
 
+    def pack_for(self, started: Mapping[str, Any]) -> LoadedPack:
+        """The pack a recorded run (its ``run_started``) ran with, with the task's own
+        verification, for resuming or replaying it."""
+        verify = started.get("verify_override")
+        return self.pack(str(started.get("pack", ""))).for_run(
+            verify if isinstance(verify, str) else None
+        )
+
     def model_for(self, loaded_pack: LoadedPack, override: str | None = None) -> str:
         """The model name a pack asks for: ``--model`` (a key or a name), else its key's name
         in llm.models ('auto' when no table names it)."""
@@ -183,13 +191,16 @@ class Runner:
         on_delta: DeltaSink | None = None,
         cancel: asyncio.Event | None = None,
         approver: Approver | None = None,
+        verify: str | None = None,
     ) -> RunResult:
         """Run one task to its end and return the result; the runlog is on disk.
-        ``approver`` answers the calls the pack's policy asks about (None: they are refused)."""
+        ``approver`` answers the calls the pack's policy asks about (None: they are refused).
+        ``verify`` checks this task's work with a command of its own, or 'off' (None: the
+        pack's ``verify`` settings)."""
         folder = check_workspace(workspace or Path.cwd(), self.loaded, runs_dir=self.runs_dir)
         if not task.strip():
             raise ConfigError("the task is empty", hint="say what the pack should do")
-        loaded_pack = self.pack(pack_name)
+        loaded_pack = self.pack(pack_name).for_run(verify)
         limits = _limits(loaded_pack.settings.limits, max_steps)
 
         def open_log() -> JsonlRunLog:
@@ -210,7 +221,7 @@ class Runner:
                 read_only=session.read_only,
                 on_delta=on_delta,
                 prices=self._prices(),
-                meta=self._meta(session.resolution),
+                meta={**self._meta(session.resolution), **_verify_meta(verify)},
                 start_error=session.start_error,
                 commands=session.commands,
                 approver=approver,
@@ -233,8 +244,7 @@ class Runner:
         recorded answers)."""
         plan = plan_resume(events, max_steps)
         started = plan.started
-        pack_name = str(started.get("pack", ""))
-        loaded_pack = self.pack(pack_name)
+        loaded_pack = self.pack_for(started)
         folder = Path(str(started.get("workspace", "")))
         if not folder.is_dir():
             raise ConfigError(
@@ -326,10 +336,8 @@ class Runner:
 
     @staticmethod
     def starts_commands(loaded_pack: LoadedPack) -> bool:
-        """Whether the pack's tools start processes (so it needs a confined command runner)."""
-        return "shell" in loaded_pack.pack.tool_names() and bool(
-            loaded_pack.settings.sandbox.allowed_commands
-        )
+        """Whether a run of the pack starts processes (so it needs a confined command runner)."""
+        return loaded_pack.starts_commands
 
     def read_only_in(self, workspace: Path) -> tuple[Path, ...]:
         """The host code inside ``workspace`` now: what fabric or the user's tools execute
@@ -461,6 +469,11 @@ def _record_start(run_id: str, workspace: Path) -> FabricError | None:
             "there, see ADR 0013)",
         )
     return None
+
+
+def _verify_meta(verify: str | None) -> dict[str, str]:
+    """A task's own verification, kept in ``run_started`` so a resumed run checks the same."""
+    return {} if verify is None else {"verify_override": verify}
 
 
 def _setup_error(exc: Exception) -> FabricError:

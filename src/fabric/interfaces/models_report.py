@@ -1,28 +1,69 @@
 """What every backend offers and which model a run would use, as plain data: shared by
-``fabric models`` and ``GET /models``."""
+``fabric models``, ``fabric packs`` and their HTTP twins."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fabric.config.loader import LoadedConfig
+from fabric.config.schema import Backend as BackendSettings
+from fabric.config.schema import EmbeddedBackend, ModelOptions, OllamaBackend
 from fabric.domain.errors import FabricError
 from fabric.domain.models import ModelInfo
-from fabric.infrastructure.llm.backends import base_url_of
-from fabric.interfaces.compose import build_runner
+from fabric.infrastructure.llm.backends import DEFAULT_NUM_CTX, MAX_AUTO_NUM_CTX, base_url_of
+from fabric.interfaces.compose import Runner, build_runner
 
 
-def _row(info: ModelInfo, verdict: str) -> dict[str, Any]:
+def _row(
+    info: ModelInfo, verdict: str, backend: BackendSettings, options: ModelOptions
+) -> dict[str, Any]:
     return {
         "name": info.name,
         "tools": info.tools,
         "embedding_only": info.embedding_only,
         "context_length": info.context_length,
+        "context_used": context_used(info, backend, options),
         "parameters_b": info.parameters_b,
         "family": info.family,
         "verdict": verdict,
     }
+
+
+def context_used(info: ModelInfo, backend: BackendSettings, options: ModelOptions) -> int | None:
+    """The context window a run gets (as ``Backends.client`` sets it up), which is not the
+    model's own maximum (``context_length``) where fabric configures one: the embedded
+    server's ``context_size``; for Ollama the model's ``num_ctx`` option, else the model's
+    own window up to a cap. Other servers decide for themselves: their model's window."""
+    if isinstance(backend, EmbeddedBackend):
+        return backend.context_size
+    if isinstance(backend, OllamaBackend):
+        window = info.context_length or DEFAULT_NUM_CTX
+        return options.num_ctx or min(window, MAX_AUTO_NUM_CTX)
+    return info.context_length
+
+
+async def will_use(runner: Runner, pack: str) -> dict[str, Any]:
+    """The model a run of ``pack`` would use now and why (the resolution ``fabric run`` makes:
+    the configured model may be missing and another picked), or why none would do."""
+    try:
+        chosen = await runner.resolve(pack)
+    except FabricError as exc:
+        return {"error": {"code": exc.code, "message": exc.message, "hint": exc.hint}}
+    return {"backend": chosen.backend, "model": chosen.model, "reason": chosen.reason}
+
+
+async def packs_report(runner: Runner, names: Iterable[str]) -> list[dict[str, Any]]:
+    """Each pack as ``fabric packs`` and ``GET /packs`` list it: name, description, tools,
+    model key, the model name it asks for (``asks``) and what a run would use (``will_use``).
+    A pack that cannot be built raises its ``ConfigError``."""
+    rows = []
+    for name in names:
+        row = runner.pack_summary(name)
+        row["asks"] = runner.model_for(runner.pack(name))
+        row["will_use"] = await will_use(runner, name)
+        rows.append(row)
+    return rows
 
 
 async def gather(
@@ -55,9 +96,11 @@ async def gather(
                     listed = await runner.backends.catalog(name).list_models()
                 except FabricError:
                     continue
-                entry["models"] = [_row(m, "") for m in listed]
+                entry["models"] = [_row(m, "", settings, runner.backends.options(m.name))
+                                   for m in listed]  # fmt: skip
                 continue
-            entry["models"] = [_row(m, v) for m, v in resolution.considered]
+            entry["models"] = [_row(m, v, settings, runner.backends.options(m.name))
+                               for m, v in resolution.considered]  # fmt: skip
             entry["pick"] = {"model": resolution.model, "reason": resolution.reason}
         try:
             chosen = await runner.resolve(pack, backend=backend, fresh=True)

@@ -1,8 +1,8 @@
 """Building model catalogs and chat clients from the typed config, by backend kind.
 
 Heavy adapter modules are imported only when their backend is used. One ``Backends`` lives
-as long as a runner: it keeps the embedded model server running between runs and stops it in
-``aclose``.
+as long as a runner: each embedded chat client holds a lease on the shared embedded model
+server while it is open (see ``embedded``); ``aclose`` lets go of the rest.
 """
 
 from __future__ import annotations
@@ -149,6 +149,7 @@ class Backends:
                 stream=backend.stream,
                 temperature=temperature,
                 text_tool_calls=options.text_tool_calls,
+                max_tokens=options.max_tokens,
             )
         if isinstance(backend, AnthropicBackend):
             from .anthropic import AnthropicChatClient
@@ -167,6 +168,7 @@ class Backends:
             )
         from .openai_compat import OpenAIChatClient
 
+        server: EmbeddedServer | None = None
         if isinstance(backend, OpenAIBackend):
             url, key, stream = str(backend.base_url), api_key(backend), backend.stream
         else:
@@ -174,7 +176,7 @@ class Backends:
             assert server.url is not None
             url, key, stream = server.url, server.api_key, True
         known = self._secrets is not None and (not key or key in self._secrets.values)
-        return OpenAIChatClient(
+        client = OpenAIChatClient(
             base_url=url,
             model=model,
             api_key=key,
@@ -185,7 +187,9 @@ class Backends:
             stream=stream,
             text_tool_calls=options.text_tool_calls,
             constrained_tool_calls=options.constrained_tool_calls,
+            max_tokens=options.max_tokens,
         )
+        return client if server is None else server.held(client)  # its use ends on aclose
 
     async def _start_embedded(self, name: str, backend: EmbeddedBackend) -> EmbeddedServer:
         from .embedded import EmbeddedServer

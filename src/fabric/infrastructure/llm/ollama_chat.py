@@ -65,8 +65,10 @@ class OllamaChatClient:
         temperature: float | None = None,
         text_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self._model = model
+        self._max_tokens = max_tokens
         self._url = base_url.rstrip("/") + "/api/chat"
         self._request_timeout = request_timeout
         self._num_ctx = num_ctx
@@ -98,6 +100,8 @@ class OllamaChatClient:
             options["num_ctx"] = self._num_ctx
         if self._temperature is not None:
             options["temperature"] = self._temperature
+        if self._max_tokens is not None:
+            options["num_predict"] = self._max_tokens
         if options:
             body["options"] = options
         content = encode_json(body)

@@ -66,8 +66,10 @@ class OpenAIChatClient:
         constrained_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
         secrets: Secrets | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self._model = model
+        self._max_tokens = max_tokens
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._request_timeout = request_timeout
         self._temperature = temperature
@@ -95,6 +97,8 @@ class OpenAIChatClient:
             body["tools"] = tools
         if self._temperature is not None:
             body["temperature"] = self._temperature
+        if self._max_tokens is not None:
+            body["max_tokens"] = self._max_tokens
         if self._constrained and tools:
             body["response_format"] = {
                 "type": "json_schema",

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 from fabric.application.pack import Pack
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import PackSettings
-from fabric.domain.errors import PackError
+from fabric.domain.errors import ConfigError, PackError
+from fabric.infrastructure.tools.verifiers import CommandVerifier
 
 from .import_guard import guard
 
@@ -40,6 +41,25 @@ class LoadedPack:
 
     pack: Pack
     settings: PackSettings
+
+    def for_run(self, verify: str | None = None) -> LoadedPack:
+        """This pack with a task's own verification: None keeps the pack's
+        (``verify.command``), 'off' drops the command check, any other text is the command
+        to check this task with, after every finish_task. The pack's own checks (e.g. the
+        research pack's citations) stay."""
+        if verify is None:
+            return self
+        kept = tuple(v for v in self.pack.verifiers if not isinstance(v, CommandVerifier))
+        if verify.strip() != "off":
+            kept += (CommandVerifier(verify, when="always", timeout=self.settings.verify.timeout),)
+        return dataclasses.replace(self, pack=dataclasses.replace(self.pack, verifiers=kept))
+
+    @property
+    def starts_commands(self) -> bool:
+        """Whether a run of this pack starts processes (its shell tool, or a verification
+        command), so it needs a confined command runner."""
+        shell = "shell" in self.pack.tool_names() and bool(self.settings.sandbox.allowed_commands)
+        return shell or any(isinstance(v, CommandVerifier) for v in self.pack.verifiers)
 
 
 def pack_names(loaded: LoadedConfig) -> list[str]:
@@ -92,9 +112,25 @@ def load_pack(loaded: LoadedConfig, name: str) -> LoadedPack:
         name=name,
         model=settings.model,
         description=settings.description or pack.description,
+        verifiers=(*pack.verifiers, *_command_check(loaded, name, settings)),
     )
     _check_policy_tools(loaded, name, pack, settings)
     return LoadedPack(pack, settings)
+
+
+def _command_check(
+    loaded: LoadedConfig, name: str, settings: PackSettings
+) -> tuple[CommandVerifier, ...]:
+    """The pack's ``verify.command`` as a check, if it has one."""
+    verify = settings.verify
+    if verify.command is None:
+        return ()
+    try:
+        return (CommandVerifier(verify.command, when=verify.when, timeout=verify.timeout),)
+    except ConfigError as exc:
+        where = loaded.where("packs", name, "verify", "command")
+        message = f"{where}: packs.{name}.verify.command: {exc.message}"
+        raise PackError(message, hint=exc.hint) from None
 
 
 def _check_policy_tools(

@@ -2,7 +2,7 @@
 
 Every line carries ``v`` (format version), ``seq`` (0, 1, 2, ...), ``ts`` (UTC, ISO 8601),
 ``run_id`` and ``kind``; the event's own fields follow. The format version is
-``FORMAT_VERSION`` (2; see ``fabric.domain.runlog``). Outputs too large to keep inline are
+``FORMAT_VERSION`` (3; see ``fabric.domain.runlog``). Outputs too large to keep inline are
 written under ``artifacts/`` beside the log and referenced by relative path.
 """
 

@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -98,7 +99,9 @@ def apply_landlock(rules: dict[str, Any]) -> None:
     """Restrict this process (and what it execs) to the given paths.
 
     ``rules``: ``read`` paths (read and execute beneath), ``write`` folders (everything
-    beneath), ``write_files`` single files (read/write), ``network`` (False: no TCP)."""
+    beneath), ``write_files`` single files (read/write), ``network`` (False: no TCP). Paths
+    are real ones, as fabric listed them (``profile.landlock_rules``): one that has become a
+    symlink since, or has one on its way, is not granted."""
     abi = landlock_abi()
     if abi < 1:
         fail("Landlock is not available in this kernel")
@@ -142,12 +145,18 @@ def apply_landlock(rules: dict[str, Any]) -> None:
 
 
 def _add_rule(ruleset: int, path: str, access: int) -> None:
+    """Allow ``access`` beneath ``path``, only if it is still what fabric listed, with no
+    symlink in it: Landlock allows what a link leads to (a hidden place, a folder holding one,
+    ``/``), and a link may have been put there since."""
     try:
-        fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+        fd = os.open(path, _O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return  # gone since fabric listed it: nothing to allow
     try:
-        if not os.path.isdir(path):
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode) or not _named(fd, path):
+            return
+        if not stat.S_ISDIR(mode):
             access &= _FILE_RIGHTS
         rule = _PathBeneath(access, fd)
         _check(
@@ -162,6 +171,15 @@ def _add_rule(ruleset: int, path: str, access: int) -> None:
         )
     finally:
         os.close(fd)
+
+
+def _named(fd: int, path: str) -> bool:
+    """Whether the kernel's name for ``fd`` is ``path``: then no folder on the way to it was a
+    link. Without a /proc to ask, only the last name (opened without following) is checked."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == path
+    except OSError:
+        return True
 
 
 class _MountAttr(ctypes.Structure):

@@ -40,18 +40,15 @@ by root and writable by their owner)."""
 
 
 def hidden_paths(protected: Iterable[Path], home: str | None = None) -> list[Path]:
-    """Existing places a command must not see: ``protected`` plus credential files."""
+    """Existing places a command must not see: ``protected`` plus credential files, as real
+    paths. A credential store that is a symlink (a dotfiles manager's ``~/.ssh``) is hidden
+    where it leads: the link alone would keep nothing from a command that follows it, and
+    bubblewrap cannot cover a link to a folder with a file."""
     home = home if home is not None else os.environ.get("HOME", "")
-    found: list[Path] = []
-    for path in protected:
-        if path.exists():
-            found.append(path.resolve())
+    places = list(protected)
     if home and Path(home).is_absolute():
-        for entry in SECRET_HOME_ENTRIES:
-            path = Path(home) / entry
-            if path.exists() or path.is_symlink():
-                found.append(path.resolve() if not path.is_symlink() else path)
-    return sorted(set(found))
+        places += [Path(home) / entry for entry in SECRET_HOME_ENTRIES]
+    return sorted({path.resolve() for path in places if path.exists()})
 
 
 _PRIVATE = ("/tmp", "/run", "/var/tmp", "/dev/shm")
@@ -141,19 +138,27 @@ def _cover(path: Path) -> list[str]:
 def landlock_rules(
     *, workspace: Path, temp: Path, hidden: Sequence[Path], network: bool
 ) -> dict[str, object]:
-    """Landlock grants: read and execute everywhere except the hidden paths (their parent
-    folders are then granted child by child, so they stay unlistable themselves), write to the
-    workspace, the private temp folder and /dev/shm (POSIX semaphores), and /dev/null."""
+    """Landlock grants: read and execute everywhere except the hidden paths (real paths, as
+    ``hidden_paths`` gives them; their parent folders are then granted child by child, so they
+    stay unlistable themselves, and no symlink is granted), write to the workspace, the
+    private temp folder and /dev/shm (POSIX semaphores), and /dev/null. Every path is a real
+    one: the launcher grants none that has become a link since (``confine._add_rule``)."""
     read = _read_grants(Path("/"), [p for p in hidden if not inside(p, workspace)])
     return {
         "read": [str(p) for p in read],
-        "write": [str(workspace), str(temp), "/dev/shm"],
-        "write_files": ["/dev/null"],
+        "write": [os.path.realpath(p) for p in (workspace, temp, "/dev/shm")],
+        "write_files": [os.path.realpath("/dev/null")],
         "network": network,
     }
 
 
 def _read_grants(root: Path, hidden: Sequence[Path]) -> list[Path]:
+    """Everything under ``root`` but the ``hidden`` real paths: the children of each folder on
+    the way to one, never a symlink. Landlock grants what a rule's path leads to, so a granted
+    link to a hidden place, to a folder on the way to one or to ``/`` would open it; a link is
+    followed inside the sandbox anyway, and what it leads to is readable where that lies (or
+    not, when hidden). The launcher grants each path only if it is still the one listed here
+    (``confine.apply_landlock``): no link put on the way since counts either."""
     if not hidden:
         return [root]
     grants: list[Path] = []
@@ -162,10 +167,12 @@ def _read_grants(root: Path, hidden: Sequence[Path]) -> list[Path]:
     except OSError:
         return grants
     for child in children:
+        if child.is_symlink():
+            continue
         below = [h for h in hidden if inside(h, child)]
         if any(h == child for h in below):
             continue
-        if below and child.is_dir() and not child.is_symlink():
+        if below and child.is_dir():
             grants += _read_grants(child, below)
         else:
             grants.append(child)

@@ -67,6 +67,7 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX tasks_by_status ON tasks (status, id)",
         "CREATE INDEX tasks_by_pack ON tasks (pack, id)",
     ),
+    ("ALTER TABLE tasks ADD COLUMN verify TEXT",),  # issue 12: a task's own verification
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 """The version this fabric writes in ``PRAGMA user_version``."""

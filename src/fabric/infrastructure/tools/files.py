@@ -1,9 +1,12 @@
-"""File tools confined to the workspace: read, write, list, search."""
+"""File tools confined to the workspace: read, write, list, search (``edit.py``: edit).
+
+read_file numbers the lines it shows (``  12| text``), as search_files and edit_file number
+them; a path a model made up is forgiven or answered with the closest existing ones
+(``near_paths``)."""
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import fnmatch
 import os
 import stat
@@ -19,9 +22,11 @@ from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
 
 from .function_tool import runs_inline
+from .near_paths import open_existing, writable_path
+from .snippets import number_lines
+from .walk import walk
 from .workspace import Opened, Workspace
 
-_SKIP_DIRS = {".git", "__pycache__", "node_modules", ".venv", "venv", ".mypy_cache", ".tox"}
 _COUNT_LINES_UP_TO = 5_000_000
 """read_file counts all lines of files up to this size; of bigger ones only up to the window."""
 _MAX_READ_CHARS = 500_000
@@ -29,9 +34,6 @@ _MAX_SEARCH_FILE_BYTES = 2_000_000
 _SEARCH_SECONDS = 10
 _INLINE_READ_BYTES = 1_000_000
 _MAX_LINE = 400
-_MAX_DEPTH = 100
-"""Folders deeper than this in the workspace are not listed or searched."""
-_SUBFOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _is_binary(fd: int) -> bool:
@@ -52,17 +54,13 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines:
         max_lines: How many lines to return at most.
     """
     try:
-        with Workspace(ctx) as ws, ws.open(path) as file:
+        with Workspace(ctx) as ws, open_existing(ws, ctx, path, "read_file") as (file, note):
             if not stat.S_ISREG(file.info.st_mode):
                 raise ToolError(f"{path!r} is not a file", hint="use list_files to see what exists")
             if file.info.st_size <= _INLINE_READ_BYTES:  # quick: no worker thread needed
-                return _read_window(file, path, start_line, max_lines)
-            return await asyncio.to_thread(_read_window, file, path, start_line, max_lines)
+                return note + _read_window(file, path, start_line, max_lines)
+            return note + await asyncio.to_thread(_read_window, file, path, start_line, max_lines)
     except OSError as exc:  # it could not be opened
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise ToolError(
-                f"{path!r} is not a file", hint="use list_files to see what exists"
-            ) from None
         raise ToolError(f"cannot read {path!r}: {exc.strerror or exc}") from None
 
 
@@ -97,7 +95,9 @@ def _read_window(file: Opened, path: str, start_line: int, max_lines: int) -> st
             f"{path!r} has {total} lines; start_line={start_line} is past the end",
             hint="call read_file with a smaller start_line",
         )
-    text = "".join(chosen)
+    if not chosen:
+        return "(the file is empty)"
+    text = number_lines([line.removesuffix("\n") for line in chosen], first)
     last = first + len(chosen) - 1
     if cut:
         text += f"[... line {cut} is longer than {_MAX_READ_CHARS} characters; cut here ...]\n"
@@ -124,16 +124,41 @@ def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) 
         append: Add to the end of the file instead of replacing it.
     """
     try:
-        with (
-            Workspace(ctx) as ws,
-            ws.open_for_writing(path, append=append) as file,
-            open(file.fd, "w", encoding="utf-8", closefd=False) as fh,
-        ):
-            fh.write(content)
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(
+            f"content holds a character that cannot be written as UTF-8 ({exc.reason})",
+            hint="send plain text",
+        ) from None
+    try:
+        with Workspace(ctx) as ws:
+            path = writable_path(ws, ctx, path)
+            unchanged = not append and _holds(ws, path, data)
+            with (
+                ws.open_for_writing(path, append=append) as file,
+                open(file.fd, "wb", closefd=False) as fh,
+            ):
+                fh.write(data)
     except OSError as exc:
         raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+    if unchanged:
+        return (
+            f"wrote {len(data)} bytes to {file.rel}: no change, the file already held exactly "
+            "this text"
+        )
     verb = "appended" if append else "wrote"
-    return f"{verb} {len(content.encode())} bytes to {file.rel}"
+    return f"{verb} {len(data)} bytes to {file.rel}"
+
+
+def _holds(ws: Workspace, path: str, data: bytes) -> bool:
+    """Whether ``path`` is a file that holds exactly ``data`` already."""
+    try:
+        with ws.open(path) as file:
+            if not stat.S_ISREG(file.info.st_mode) or file.info.st_size != len(data):
+                return False
+            return os.pread(file.fd, len(data) + 1, 0) == data
+    except (OSError, SandboxError):
+        return False
 
 
 def list_files(
@@ -148,8 +173,11 @@ def list_files(
     """
     entries: list[str] = []
     try:
-        with Workspace(ctx) as ws, ws.open(path, folder=True) as folder:
-            for entry in _walk(ws, folder, recursive, files_only=False):
+        with (
+            Workspace(ctx) as ws,
+            open_existing(ws, ctx, path, "list_files", folder=True) as (folder, note),
+        ):
+            for entry in walk(ws, folder, recursive, files_only=False):
                 entries.append(entry)
                 if len(entries) >= max_entries:
                     entries.append(f"[... stopped at {max_entries} entries ...]")
@@ -158,7 +186,7 @@ def list_files(
         raise ToolError(
             f"{path!r} is not a folder", hint="list '.' to see the workspace root"
         ) from None
-    return "\n".join(entries) if entries else "(empty)"
+    return note + ("\n".join(entries) if entries else "(empty)")
 
 
 def search_files(
@@ -170,7 +198,8 @@ def search_files(
     case_sensitive: bool = False,
     max_results: int = 100,
 ) -> str:
-    """Search text files in the workspace for a string or regular expression.
+    """Find text in the workspace's files; answers 'path:line: text' for each matching line.
+    Example: search_files(pattern="def parse_date", glob="*.py").
 
     Args:
         pattern: Text to find (a regular expression when regex is true).
@@ -240,14 +269,6 @@ def _matches(matcher: regex.Pattern[str], line: str, deadline: float) -> bool:
     )
 
 
-def _is_dir(entry: os.DirEntry[str]) -> bool:
-    """A folder, or a symlink to one (listed with '/', as os.walk does; never entered)."""
-    try:
-        return entry.is_dir()
-    except OSError:  # a symlink loop
-        return False
-
-
 def _searched(ws: Workspace, path: str) -> Iterator[str]:
     """The files search_files looks at: ``path`` itself, or every file below it."""
     try:
@@ -255,35 +276,6 @@ def _searched(ws: Workspace, path: str) -> Iterator[str]:
             if stat.S_ISREG(start.info.st_mode):
                 yield start.rel
             elif stat.S_ISDIR(start.info.st_mode):
-                yield from _walk(ws, start, True, files_only=True)
+                yield from walk(ws, start, True, files_only=True)
     except OSError:
         return  # nothing there: nothing found
-
-
-def _walk(ws: Workspace, folder: Opened, recursive: bool, *, files_only: bool) -> Iterator[str]:
-    """Workspace-relative paths below the open ``folder``, sorted; each folder is entered by
-    its fd with O_NOFOLLOW, so symlinked folders are listed, never walked into. Protected
-    folders and those that cannot be read are not entered either."""
-    try:
-        with os.scandir(folder.fd) as found:
-            entries = sorted((e.name, _is_dir(e)) for e in found)
-    except OSError:
-        return
-    prefix = "" if folder.rel == "." else f"{folder.rel}/"
-    dirs = [name for name, is_dir in entries if is_dir and name not in _SKIP_DIRS]
-    if not files_only:
-        yield from (f"{prefix}{name}/" for name in dirs)
-    yield from (prefix + name for name, is_dir in entries if not is_dir)
-    if not recursive or prefix.count("/") >= _MAX_DEPTH:
-        return
-    for name in dirs:
-        try:
-            fd = os.open(name, _SUBFOLDER, dir_fd=folder.fd)
-        except OSError:
-            continue  # a symlink (or swapped for one meanwhile), or gone
-        try:
-            if not ws.is_protected(fd):
-                below = Opened(fd, prefix + name, os.fstat(fd))
-                yield from _walk(ws, below, recursive, files_only=files_only)
-        finally:
-            os.close(fd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .edit import edit_file
 from .files import list_files, read_file, search_files, write_file
 from .function_tool import FunctionTool
 from .shell import shell
@@ -18,6 +19,7 @@ LIBRARY: dict[str, Callable[..., Any]] = {
     "shell": shell,
     "fetch_url": fetch_url,
     "web_search": web_search,
+    "edit_file": edit_file,
 }
 
 

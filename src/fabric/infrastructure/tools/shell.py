@@ -3,7 +3,9 @@
 The command line is split with ``shlex``; its first word must be a bare program name on the
 pack's ``allowed_commands``, resolved on the scrubbed ``PATH``. The run's CommandRunner starts
 it, confined by the operating system (``fabric.infrastructure.sandbox``), in the workspace,
-with stdin closed, a scrubbed environment, resource limits and a timeout.
+with stdin closed, a scrubbed environment, resource limits and a timeout. Long pytest output
+is cut down to its failures and summary (``fabric.domain.test_output``) before the model sees
+it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from fabric.application.context import ToolContext
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError, ToolError
 from fabric.domain.secrets import looks_secret
+from fabric.domain.test_output import runs_pytest, trim_test_output
 
+TEST_OUTPUT_CHARS = 4_000
+"""pytest output longer than this is cut down to its failures and summary for the model."""
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HOME", "USER", "LOGNAME")
 
 
@@ -65,12 +70,13 @@ def parse_command(command: str, sandbox: SandboxSettings) -> list[str]:
 
 
 async def shell(ctx: ToolContext, command: str, timeout: float | None = None) -> str:
-    """Run one allowed program in the workspace (no shell: pipes, ';', '&&' and redirections are
-    not interpreted). Returns the exit code and the combined output.
+    """Run one allowed program in the workspace folder and return its exit code and output.
+    There is no shell: pipes, ';', '&&', '>' and 'cd' do not work. Long pytest output is cut
+    down to the failures and the summary. Example: shell(command="python -m pytest -q").
 
     Args:
-        command: The program and its arguments, e.g. 'python -m pytest -q'.
-        timeout: Seconds before the command is killed (capped by the pack's limit).
+        command: One program and its arguments, e.g. 'python -m pytest -q tests/test_calc.py'.
+        timeout: Seconds before the command is stopped (the pack sets the most).
     """
     sandbox = ctx.sandbox
     argv = parse_command(command, sandbox)
@@ -90,6 +96,12 @@ async def shell(ctx: ToolContext, command: str, timeout: float | None = None) ->
         raise ToolError("timeout must be more than 0 seconds", hint="leave it out for the default")
     limit = min(timeout or sandbox.command_timeout, sandbox.command_timeout)
     outcome = await ctx.commands.run([executable, *argv[1:]], env=env, timeout=limit)
+    output = outcome.output
+    if runs_pytest(argv):
+        output = trim_test_output(output, TEST_OUTPUT_CHARS)
+        if output != outcome.output and ctx.save_artifact is not None:
+            kept = ctx.save_artifact("pytest-output.txt", outcome.output)
+            output += f"\n[pytest's output was cut to its failures; the whole is in {kept}]"
     if outcome.stopped:
-        return f"[{outcome.stopped}]\n{outcome.output}"
-    return f"[exit code {outcome.exit_code}]\n{outcome.output}"
+        return f"[{outcome.stopped}]\n{output}"
+    return f"[exit code {outcome.exit_code}]\n{output}"

@@ -17,6 +17,8 @@ import typer
 
 from fabric.domain.errors import FabricError
 
+from .eval_cmd import eval_command
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -142,6 +144,17 @@ def run(
     as_json: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
     yes: YesOpt = False,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            help="Check the work with this command (e.g. 'python -m pytest -q') before the "
+            "run may end completed, instead of the pack's verify.command.",
+        ),
+    ] = None,
+    no_verify: Annotated[
+        bool, typer.Option("--no-verify", help="Do not run the pack's verify.command.")
+    ] = False,
 ) -> None:
     """Run a task with a pack, show each step, print the result and the runlog path."""
 
@@ -163,7 +176,11 @@ def run(
             as_json=as_json,
             code=2,
         )
+    if verify is not None and no_verify:
+        problem = ConfigError("--verify and --no-verify contradict each other", hint="pick one")
+        _fail(problem, as_json=as_json, code=2)
     runner = build_runner(loaded, on_status=None if quiet else _status)
+    _refuse_without_search(runner, name, as_json)
     live = sys.stderr.isatty()
     progress = None if quiet else Progress(sys.stderr, live=live, secrets=runner.secrets)
     run_id = new_run_id()
@@ -179,6 +196,7 @@ def run(
         observers=(progress,) if progress else (),
         on_delta=progress.delta if progress else None,
         approver=cli_approver(yes=yes, progress=progress),
+        verify="off" if no_verify else verify,
     )
     # with progress lines on, they have already said why a run failed
     _drive(runner, started, runner.runs_dir / run_id / "runlog.jsonl", as_json, explain=quiet)
@@ -191,8 +209,9 @@ def _drive(
     import asyncio
 
     from fabric.domain.errors import ConfigError, ModelError
+    from fabric.domain.models import RunStatus
 
-    from .render import describe_failure, print_result
+    from .render import cancelled_result, describe_failure, print_result
 
     async def go() -> RunResult:
         try:
@@ -206,9 +225,14 @@ def _drive(
         _fail(exc, as_json=as_json, code=2)
     except ModelError as exc:  # no backend or model could be found: nothing ran
         _fail(exc, as_json=as_json, code=1)
-    except KeyboardInterrupt:
-        typer.echo(f"\ncancelled; runlog: {runlog}", err=True)
-        raise typer.Exit(1) from None
+    except KeyboardInterrupt:  # Ctrl-C: the run logged its end; say it, and how to go on
+        result = cancelled_result(runlog)
+        if result.runlog_path is None:
+            typer.echo("\ncancelled before the run began", err=True)
+        else:
+            typer.echo(f"\n{result.status.value}; runlog: {result.runlog_path}", err=True)
+        if result.runlog_path and result.status is RunStatus.CANCELLED:
+            typer.echo(f"  continue it with: fabric resume {result.run_id}", err=True)
     print_result(result, as_json=as_json)
     if explain and not result.succeeded:
         typer.echo(describe_failure(result), err=True)
@@ -219,32 +243,57 @@ def _status(line: str) -> None:
     typer.echo(line, err=True)
 
 
-@app.command()
-def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
-    """List the packs in the config: name, description, tools, model."""
-    from fabric.domain.errors import ConfigError
-    from fabric.interfaces.compose import build_runner
+def _refuse_without_search(runner: Runner, pack: str, as_json: bool) -> None:
+    """Exit 2 before the run when the pack offers web_search and it cannot work (no search
+    backend configured, or it does not answer): every search would fail steps later."""
+    import asyncio
 
-    loaded = _load(config, as_json)
-    runner = build_runner(loaded)
-    rows: list[dict[str, Any]] = []
+    from fabric.domain.errors import ConfigError
+    from fabric.interfaces.search_check import offers_search, search_problem
+
     try:
-        for name in loaded.config.packs:
-            row = runner.pack_summary(name)
-            row["model"] = f"{row['model']} ({runner.model_for(runner.pack(name))})"
-            rows.append(row)
+        loaded_pack = runner.pack(pack)
     except ConfigError as exc:
         _fail(exc, as_json=as_json, code=2)
+    if offers_search(loaded_pack):
+        problem = asyncio.run(search_problem(pack, loaded_pack))
+        if problem is not None:
+            _fail(problem, as_json=as_json, code=2)
+
+
+@app.command()
+def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """List the packs in the config: name, description, tools, the model each asks for and
+    the model a run of it would use now (which may differ: see `fabric models`)."""
+    import asyncio
+
+    from fabric.domain.errors import ConfigError
+    from fabric.interfaces.compose import build_runner
+    from fabric.interfaces.models_report import packs_report
+
+    from .models_view import print_packs
+
+    loaded = _load(config, as_json)
+    runner = build_runner(loaded, on_status=_status)
+
+    async def listing() -> list[dict[str, Any]]:
+        try:
+            return await packs_report(runner, loaded.config.packs)
+        finally:
+            await runner.aclose()
+
+    try:
+        rows = asyncio.run(listing())
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    for row in rows:
+        row["model"] = f"{row['model']} ({row['asks']})"
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     if not rows:
         typer.echo(f"no packs in {loaded.source}")
-    for row in rows:
-        typer.echo(f"{row['name']}  ·  model {row['model']}")
-        if row["description"]:
-            typer.echo(f"    {row['description']}")
-        typer.echo(f"    tools: {', '.join(row['tools'])}")
+    print_packs(rows, sys.stdout)
 
 
 @app.command()
@@ -399,8 +448,11 @@ def resume(
     as_json: JsonOpt = False,
     yes: YesOpt = False,
 ) -> None:
-    """Continue an interrupted run (or one that hit its step limit, with a higher --max-steps)
-    in the same runlog and workspace; completed steps are not sent to the model again."""
+    """Continue an interrupted or cancelled (Ctrl-C) run, or one that hit its step limit (with
+    a higher --max-steps), in the same runlog and workspace; completed steps are not sent to
+    the model again."""
+    from fabric.application.resume import plan_resume
+    from fabric.domain.errors import ConfigError
     from fabric.interfaces.compose import build_runner
 
     from .approve import cli_approver
@@ -409,6 +461,11 @@ def resume(
     loaded = _load(config, as_json)
     path, events = _read(run, lambda: loaded.runs_dir, as_json)
     runner = build_runner(loaded, on_status=_status)
+    try:
+        plan = plan_resume(events, max_steps)  # a run that cannot go on says so first
+    except ConfigError as exc:
+        _fail(exc, as_json=as_json, code=2)
+    _refuse_without_search(runner, str(plan.started.get("pack", "")), as_json)
     progress = Progress(sys.stderr, live=sys.stderr.isatty(), secrets=runner.secrets)
 
     started = runner.resume(
@@ -420,6 +477,9 @@ def resume(
         approver=cli_approver(yes=yes, progress=progress),
     )
     _drive(runner, started, path, as_json, explain=as_json)
+
+
+app.command(name="eval")(eval_command)
 
 
 def main() -> None:

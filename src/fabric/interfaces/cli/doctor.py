@@ -1,7 +1,9 @@
-"""``fabric doctor``: what this machine offers to confine commands, and what each pack gets."""
+"""``fabric doctor``: what this machine offers to confine commands, and what each pack gets
+(and, for a pack with web_search, whether its search backend answers)."""
 
 from __future__ import annotations
 
+import asyncio
 import platform
 import sys
 from typing import Any, TextIO
@@ -11,6 +13,7 @@ from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import FabricError
 from fabric.infrastructure.sandbox import INSTALL_HINT, host_report
 from fabric.interfaces.compose import build_runner
+from fabric.interfaces.search_check import search_report
 
 
 def gather(loaded: LoadedConfig) -> dict[str, Any]:
@@ -48,6 +51,9 @@ def gather(loaded: LoadedConfig) -> dict[str, Any]:
             row |= {"ok": False, "error": str(exc)}
             report["packs"].append(row)
             continue
+        search = asyncio.run(search_report(name, lp))
+        if search is not None:  # reported, but it is not about confinement: ``ok`` stays
+            row["web_search"] = search
         sandbox = lp.settings.sandbox
         row["confinement"] = sandbox.confinement
         row["network"] = sandbox.network
@@ -109,6 +115,14 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
         else:
             net = "network on" if pack["network"] else "network off"
             line(f"  {pack['name']:<14} {pack['backend']} ({pack['note']}), {net}")
+        search = pack.get("web_search")
+        if search and search["ok"]:
+            line(f"  {'':<14} web_search: the search backend at {search['url']} answers")
+        elif search:
+            line(f"  {'':<14} web_search NOT READY (runs of this pack are refused): "
+                 f"{search['error']['message']}")  # fmt: skip
+            for hint in search["error"]["hint"].splitlines():
+                line(f"  {'':<14}   {hint}")
     if not report["ok"]:
         line()
         line(f"To fix: {INSTALL_HINT}.")

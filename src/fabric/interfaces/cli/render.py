@@ -106,6 +106,8 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
         return f"{head.rstrip()}  → {outcome}"
     if kind == "nudge":
         return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
+    if kind == "verification":
+        return _verification(event)
     if kind in POLICY_KINDS:
         call = pending.get(str(event.get("call_id")), {})
         return describe_policy(event, short_args(call.get("arguments", "")))
@@ -120,6 +122,19 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
                 line += f"\n  hint: {error['hint']}"
         return line
     return None
+
+
+def _verification(event: Mapping[str, Any]) -> str | None:
+    """``step 4  verified: `pytest -q` passed``, or the failure with its evidence indented."""
+    if event.get("skipped"):
+        return None
+    word = "verified" if event.get("ok") else "NOT verified"
+    line = f"  step {event['step']:>2}  {word}: {_first_line(str(event.get('summary', '')), 120)}"
+    evidence = str(event.get("evidence", "")).strip()
+    if evidence and not event.get("ok"):
+        shown = evidence.splitlines()[:12]
+        line += "".join(f"\n             {_first_line(s, 110)}" for s in shown)
+    return line
 
 
 def _outcome(end: Mapping[str, Any]) -> str:
@@ -280,6 +295,36 @@ def describe_failure(result: RunResult) -> str:
         if result.error.get("hint"):
             text += f"\n  hint: {result.error['hint']}"
     return text
+
+
+def cancelled_result(runlog: Path) -> RunResult:
+    """How a run stopped by Ctrl-C ended, from the ``run_finished`` its runlog ends with (the
+    loop logs the end, then the interrupt goes on, so no ``RunResult`` comes back); without
+    one (cut off before its runlog began, or before its end was logged) it is ``cancelled``."""
+    from fabric.domain.models import RunStatus, Usage
+    from fabric.infrastructure.runlog import read_runlog
+
+    try:
+        events, _ = read_runlog(runlog)
+    except ConfigError:
+        events = []
+    last = events[-1] if events else {}
+    end: Mapping[str, Any] = last if last.get("kind") == "run_finished" else {}
+    usage = end.get("usage") or {}
+    try:
+        status = RunStatus(end.get("status", RunStatus.CANCELLED))
+    except ValueError:
+        status = RunStatus.CANCELLED
+    return RunResult(
+        run_id=str(events[0].get("run_id")) if events else runlog.parent.name,
+        status=status,
+        payload=end.get("payload"),
+        steps=int(end.get("steps") or 0),
+        usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+        duration_s=float(end.get("duration_s") or 0.0),
+        runlog_path=str(runlog) if events else None,
+        error=end.get("error"),
+    )
 
 
 def find_runlog(ref: str, runs_dir: Callable[[], Path]) -> Path:

@@ -34,9 +34,8 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
         recording = Recording(events)
     except FabricError as exc:
         raise ConfigError(f"{path}: {exc.message}", hint=exc.hint) from exc
-    pack_name = str(recording.started.get("pack", ""))
     runner = build_runner(loaded)
-    loaded_pack = runner.pack(pack_name)
+    loaded_pack = runner.pack_for(recording.started)
     recorded_workspace = Path(str(recording.started.get("workspace", ".")))
     scratch: Path | None = None
     workspace = recorded_workspace

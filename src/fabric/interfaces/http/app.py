@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fabric.config.loader import LoadedConfig
+from fabric.config.where import error_message
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.secrets import Secrets
 from fabric.domain.tasks import QUEUED, STATUSES, TaskRecord
@@ -99,7 +100,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         details = [
-            {"loc": list(e.get("loc", ())), "message": e.get("msg", "")} for e in exc.errors()
+            {"loc": list(e.get("loc", ())), "message": error_message(e)} for e in exc.errors()
         ]
         return error_response(422, "invalid_request", "the request does not match the API", details)
 
@@ -131,7 +132,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
             )
         records = await store.query(status=status, pack=pack, limit=limit, before=before)
         nxt = records[-1].id if len(records) == limit else None
-        return {"tasks": [shown(r) for r in records], "next": nxt}
+        return {"tasks": [shown(service.live(r)) for r in records], "next": nxt}
 
     @app.get(
         "/tasks/{task_id}",
@@ -249,9 +250,17 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
-    @app.get("/packs", summary="The packs this service runs")
+    @app.get(
+        "/packs",
+        summary="The packs this service runs",
+        description="Each pack's name, description, tools, model key and the model it names "
+        "(`asks`), and `will_use`: the backend and model a task of it would run with now (the "
+        "configured model may be missing and another picked), or why no model would do.",
+    )
     async def packs() -> dict[str, Any]:
-        return {"packs": [runner.pack_summary(name) for name in loaded.config.packs]}
+        from fabric.interfaces.models_report import packs_report
+
+        return {"packs": await packs_report(runner, loaded.config.packs)}
 
     @app.get("/models", summary="What each backend offers, and the pick for the default pack")
     async def models(pack: str | None = None) -> dict[str, Any]:

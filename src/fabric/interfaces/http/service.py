@@ -30,6 +30,7 @@ from fabric.domain.tasks import (
 from fabric.infrastructure.runlog import new_run_id
 from fabric.infrastructure.runlog.writer import RUNLOG_NAME
 from fabric.interfaces.compose import Runner
+from fabric.interfaces.search_check import search_problem
 
 from .approvals import BY_HTTP, Approvals, Conflict, call_logged
 from .executor import LocalExecutor
@@ -66,6 +67,9 @@ class TaskService:
         """Tool calls of running tasks waiting for a person's answer."""
         self.resuming: set[str] = set()
         """Tasks a resume request is putting back in the queue (see resume.py)."""
+        self.used: dict[str, dict[str, str]] = {}
+        """The model (and backend) running tasks' runs use, from their run_started: the task
+        shows them at once, and keeps them when it ends."""
 
     def runlog_path(self, task_id: str) -> Path:
         return self.runner.runs_dir / task_id / RUNLOG_NAME
@@ -102,8 +106,13 @@ class TaskService:
         backend: str | None = None,
         workspace: str | None = None,
         max_steps: int | None = None,
+        verify: str | None = None,
     ) -> TaskRecord:
         folder = self.check(pack, task, workspace, backend)
+        self.runner.pack(pack).for_run(verify)  # a command that cannot be parsed: refused now
+        problem = await search_problem(pack, self.runner.pack(pack))
+        if problem is not None:  # every search would fail once the task runs: refuse it now
+            raise problem
         if self.executor is None or not self.executor.accepting:
             raise ServiceUnavailable(_SHUTTING_DOWN)
         record = TaskRecord(
@@ -116,6 +125,7 @@ class TaskService:
             max_steps=max_steps,
             status=QUEUED,
             created_at=now(),
+            verify=verify,
         )
         # The database keeps no secret: the run gets the task as it was sent, the store a
         # redacted copy (which a task still queued when the server stops runs from later).
@@ -153,8 +163,18 @@ class TaskService:
         record = await self.store.get(task_id)
         if record is None:
             raise NotFound(f"no task {task_id!r}")
+        return self.live(record)
+
+    def live(self, record: TaskRecord) -> TaskRecord:
+        """``record`` with what its running run knows and the store not yet: the steps so far
+        and the model it uses."""
+        task_id = record.id
         if record.status in (RUNNING, AWAITING_APPROVAL) and task_id in self.progress:
             record = replace(record, steps=self.progress[task_id])
+        used = self.used.get(task_id)
+        if used:
+            model, backend = used.get("model", record.model), used.get("backend", record.backend)
+            record = replace(record, model=model, backend=backend)
         return record
 
     async def answer_approval(
@@ -204,6 +224,7 @@ class TaskService:
                     observers=(self._observer(task_id),),
                     cancel=cancel,
                     approver=self.approvals.for_task(task_id),
+                    verify=record.verify,
                 )
         except asyncio.CancelledError:
             await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
@@ -224,8 +245,10 @@ class TaskService:
             )
 
     async def _finish(self, task_id: str, status: str, **fields: Any) -> None:
-        """Record how a task ended; its payload and error are kept without secrets."""
+        """Record how a task ended, and the model its run used; its payload and error are kept
+        without secrets."""
         self.progress.pop(task_id, None)
+        fields.update(self.used.pop(task_id, {}))
         kept = self.runner.secrets.redact_obj(fields)
         await self.store.update(task_id, status=status, finished_at=now(), **kept)
         self._wake(task_id)
@@ -246,6 +269,8 @@ class TaskService:
         def observe(event: Mapping[str, Any]) -> None:
             if event["kind"] == "llm_request":
                 self.progress[task_id] = int(event.get("step", 0))
+            elif event["kind"] == "run_started" and event.get("model"):
+                self.used[task_id] = _used(event)
             self._wake(task_id)
 
         return observe
@@ -264,6 +289,16 @@ class TaskService:
 
 
 _SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"
+
+
+def _used(started: Mapping[str, Any]) -> dict[str, str]:
+    """The task fields a ``run_started`` settles: the model the run uses (the task may have
+    named none, or a key, or a model that was not there) and, when resolved, its backend."""
+    used = {"model": str(started["model"])}
+    backend = started.get("backend")
+    if isinstance(backend, Mapping) and backend.get("name"):
+        used["backend"] = str(backend["name"])
+    return used
 
 
 def _error(exc: FabricError) -> dict[str, str]:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fabric.domain.errors import ConfigError, FabricError, ModelError, PackError
 from fabric.domain.tasks import TaskRecord
+from fabric.interfaces.search_check import SearchUnavailable
 
 from .approvals import Conflict
 from .service import NotFound, ServiceUnavailable
@@ -45,6 +46,14 @@ class TaskIn(BaseModel):
         "unless serve.share_workspaces is set.",
     )
     max_steps: int | None = Field(None, ge=1, le=10_000, description="Model calls at most.")
+    verify: str | None = Field(
+        None,
+        min_length=1,
+        max_length=2000,
+        description="Check the work with this command (run confined in the workspace) before "
+        "the task may end completed, instead of the pack's verify.command; 'off': no command "
+        "check. The task ends 'unverified' when its work keeps failing the check.",
+    )
 
 
 def task_json(
@@ -78,7 +87,7 @@ def status_of(exc: FabricError) -> int:
         return 404
     if isinstance(exc, Conflict):
         return 409
-    if isinstance(exc, ServiceUnavailable):
+    if isinstance(exc, ServiceUnavailable | SearchUnavailable):
         return 503
     if isinstance(exc, PackError | ConfigError):
         return 422

@@ -1,0 +1,29 @@
+import json
+
+import pytest
+
+from config import load_config
+
+
+def test_defaults():
+    assert load_config()["relay_host"] == "localhost"
+
+
+def test_file_overrides(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"relay_host": "mx.internal", "port": 2525}))
+    config = load_config(path)
+    assert (config["relay_host"], config["port"]) == ("mx.internal", 2525)
+
+
+def test_unknown_setting_is_refused(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"smtp_hots": "typo"}))
+    with pytest.raises(ValueError, match="smtp_hots"):
+        load_config(path)
+
+
+def test_old_name_still_read(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"smtp_host": "legacy.internal"}))
+    assert load_config(path)["relay_host"] == "legacy.internal"

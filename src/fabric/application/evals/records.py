@@ -1,0 +1,124 @@
+"""What one finished attempt leaves: a line of ``attempts.jsonl``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+TIMEOUT = "timeout"
+"""The status of an attempt whose run passed its wall-clock cap (``limits.timeout_s``)."""
+ERROR = "error"
+"""The status of an attempt whose run could not be made (fabric's own failure)."""
+COMPLETED = "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check of a finished attempt: what was checked, whether it passed, and the evidence
+    (an exit code and the output's tail, or the assertion that failed)."""
+
+    kind: str
+    label: str
+    passed: bool
+    evidence: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "check": self.label,
+            "passed": self.passed,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
+        return cls(
+            str(data.get("kind", "")),
+            str(data.get("check", "")),
+            bool(data.get("passed")),
+            str(data.get("evidence", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """A finished attempt of a case."""
+
+    case: str
+    attempt: int
+    tier: str
+    pack: str
+    status: str
+    """How the run ended (a run status), or ``timeout`` / ``error``."""
+    passed: bool
+    checks: tuple[CheckResult, ...]
+    steps: int
+    tokens: int
+    cost_usd: float | None
+    wall_s: float
+    run_id: str
+    runlog: str
+    """The runlog's path relative to the eval's output folder."""
+    finished: str
+    """When the attempt ended (UTC, ISO 8601)."""
+    model: str | None = None
+    backend: str | None = None
+    error: Mapping[str, str] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Keys a newer fabric wrote that this one does not know (kept as they were)."""
+
+    @property
+    def false_success(self) -> bool:
+        """The run claimed it was done, and the checks say it was not."""
+        return self.status == COMPLETED and not self.passed
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            **self.extra,
+            "case": self.case,
+            "attempt": self.attempt,
+            "tier": self.tier,
+            "pack": self.pack,
+            "status": self.status,
+            "passed": self.passed,
+            "false_success": self.false_success,
+            "checks": [c.as_json() for c in self.checks],
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "cost_usd": self.cost_usd,
+            "wall_s": self.wall_s,
+            "run_id": self.run_id,
+            "runlog": self.runlog,
+            "model": self.model,
+            "backend": self.backend,
+            "error": dict(self.error) if self.error else None,
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AttemptRecord:
+        """A record read back; KeyError or ValueError when a needed key is missing or wrong."""
+        known = {*cls.__dataclass_fields__, "false_success"}
+        cost = data.get("cost_usd")
+        error = data.get("error")
+        return cls(
+            case=str(data["case"]),
+            attempt=int(data["attempt"]),
+            tier=str(data.get("tier", "")),
+            pack=str(data.get("pack", "")),
+            status=str(data["status"]),
+            passed=bool(data["passed"]),
+            checks=tuple(CheckResult.from_json(c) for c in data.get("checks") or ()),
+            steps=int(data.get("steps") or 0),
+            tokens=int(data.get("tokens") or 0),
+            cost_usd=None if cost is None else float(cost),
+            wall_s=float(data.get("wall_s") or 0.0),
+            run_id=str(data.get("run_id", "")),
+            runlog=str(data.get("runlog", "")),
+            finished=str(data.get("finished", "")),
+            model=data.get("model"),
+            backend=data.get("backend"),
+            error={str(k): str(v) for k, v in error.items()} if isinstance(error, dict) else None,
+            extra={k: v for k, v in data.items() if k not in known},
+        )

@@ -1,0 +1,73 @@
+"""A suite's ``pack_settings`` applied to a loaded config, for one eval only, and the
+``${name}`` substitution of a suite's values (``${web_url}``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from fabric.domain.errors import ConfigError
+
+from .eval_suite import LoadedSuite
+from .loader import LoadedConfig
+from .schema import RawPackSection
+
+
+def substitute(value: Any, variables: Mapping[str, str]) -> Any:
+    """``value`` with every ``${name}`` of ``variables`` replaced, in strings nested in lists
+    and mappings (other ``${...}`` stay as they are)."""
+    if isinstance(value, str):
+        for name, text in variables.items():
+            value = value.replace("${" + name + "}", text)
+        return value
+    if isinstance(value, Mapping):
+        return {key: substitute(item, variables) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [substitute(item, variables) for item in value]
+    return value
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged into ``base``: mappings key by key, anything else replaced."""
+    merged = dict(base)
+    for key, value in over.items():
+        below = merged.get(key)
+        if isinstance(below, Mapping) and isinstance(value, Mapping):
+            merged[key] = deep_merge(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def with_pack_settings(
+    loaded: LoadedConfig, suite: LoadedSuite, variables: Mapping[str, str]
+) -> LoadedConfig:
+    """A new config whose pack sections have the suite's ``pack_settings`` merged over them
+    (``loaded`` itself is not changed). A pack the config does not declare is an error."""
+    if not suite.pack_settings:
+        return loaded
+    packs = dict(loaded.config.packs)
+    for name, settings in suite.pack_settings.items():
+        where = suite.where("pack_settings", name)
+        section = packs.get(name)
+        if section is None:
+            raise ConfigError(
+                f"{where}: pack_settings.{name}: {loaded.source} declares no pack {name!r}",
+                hint=f"its packs: {', '.join(packs) or 'none'}; run with --config pointing at "
+                "a config that declares it",
+            )
+        merged = deep_merge(section.model_dump(exclude_unset=True), substitute(settings, variables))
+        try:
+            packs[name] = RawPackSection.model_validate(merged)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)
+            )
+            raise ConfigError(
+                f"{where}: pack_settings.{name}: {problems}", hint="fix the suite's pack_settings"
+            ) from None
+    config = loaded.config.model_copy(update={"packs": packs})
+    return dataclasses.replace(loaded, config=config)

@@ -1,0 +1,232 @@
+"""The checks packs use to verify a finished run's claim (``fabric.application.verify``).
+
+``CommandVerifier`` runs a command (the project's tests) confined in the workspace, exactly as
+the shell tool runs commands; ``CitationVerifier`` checks that every cited page was read during
+the run and holds the quoted words.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import unicodedata
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from fabric.application.context import ToolContext
+from fabric.application.verify import RunRecord, Verdict
+from fabric.domain.errors import ConfigError, SandboxError
+from fabric.domain.test_output import trim_test_output
+
+from .shell import scrubbed_env
+
+AUTO = "auto"
+"""``verify.command: auto``: the project's pytest tests, when the workspace has any."""
+AUTO_COMMAND = "python -m pytest -q -x -p no:cacheprovider"
+READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "search_files", "web_search", "fetch_url"})
+"""Library tools that change nothing: a run that used only these has nothing to verify."""
+EVIDENCE_CHARS = 4_000
+_NO_TESTS_COLLECTED = 5  # pytest's exit code when it found no tests
+
+
+class CommandVerifier:
+    """Runs ``command`` in the finished workspace; exit code 0 passes. ``when='changed'``
+    checks only runs that did more than read (wrote a file, ran a command)."""
+
+    def __init__(
+        self,
+        command: str,
+        *,
+        when: Literal["changed", "always"] = "changed",
+        timeout: float | None = None,
+    ) -> None:
+        if command != AUTO:
+            _split(command)  # a bad command line is a configuration error, found at once
+        self.command, self.when, self.timeout = command, when, timeout
+
+    @property
+    def name(self) -> str:
+        if self.command == AUTO:
+            return f"command: auto ({AUTO_COMMAND}, when the workspace has tests)"
+        return f"command: {self.command}"
+
+    async def verify(
+        self, payload: Mapping[str, Any], ctx: ToolContext, record: RunRecord
+    ) -> Verdict | None:
+        if self.when == "changed" and all(u.name in READ_ONLY_TOOLS for u in record.uses):
+            return None  # a run that only read changed nothing a command could judge
+        command = self.command
+        if command == AUTO:
+            if not has_pytest_tests(ctx.workspace):
+                return None
+            command = AUTO_COMMAND
+        argv = _split(command)
+        env = scrubbed_env(ctx.sandbox)
+        program = shutil.which(argv[0], path=env["PATH"])
+        if program is None:
+            raise ConfigError(
+                f"the verification program {argv[0]!r} is not installed on this machine",
+                hint="install it, or change the pack's verify.command (or the task's --verify)",
+            )
+        if ctx.commands is None:
+            raise SandboxError(
+                "this run has no command runner, so its verification command cannot run",
+                hint="start runs through fabric (CLI or HTTP), which confines commands",
+            )
+        timeout = self.timeout or ctx.sandbox.command_timeout
+        outcome = await ctx.commands.run([program, *argv[1:]], env=env, timeout=timeout)
+        code = outcome.exit_code
+        ok = code == 0 or (self.command == AUTO and code == _NO_TESTS_COLLECTED)
+        if outcome.stopped:
+            summary = f"`{command}` was stopped: {outcome.stopped}"
+        elif ok:
+            summary = f"`{command}` passed (exit code {code})"
+        else:
+            summary = f"`{command}` failed with exit code {code}"
+        evidence = "" if ok else trim_test_output(outcome.output, EVIDENCE_CHARS).strip()
+        return Verdict(ok, summary, evidence, {"command": command, "exit_code": code})
+
+
+def _split(command: str) -> list[str]:
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ConfigError(f"cannot parse the verify command {command!r}: {exc}") from None
+    if not argv or "/" in argv[0]:
+        raise ConfigError(
+            f"the verify command {command!r} must start with a program name",
+            hint="e.g. 'python -m pytest -q'; the program is looked up on PATH",
+        )
+    return argv
+
+
+_PYTEST_CONFIGS = ("pytest.ini", "conftest.py")
+_TEST_FILE = re.compile(r"^(test_.*|.*_test)\.py$")
+
+
+def has_pytest_tests(workspace: Path, depth: int = 3) -> bool:
+    """Whether ``workspace`` looks like a project with pytest tests: a pytest config, or a
+    ``test_*.py`` / ``*_test.py`` file within ``depth`` folders (hidden folders and virtualenvs
+    skipped). Never follows symbolic links."""
+    if any((workspace / name).is_file() for name in _PYTEST_CONFIGS):
+        return True
+    for name in ("pyproject.toml", "setup.cfg", "tox.ini"):
+        config = workspace / name
+        if config.is_file() and not config.is_symlink():
+            try:
+                text = config.read_text("utf-8", errors="replace")[:200_000]
+            except OSError:
+                continue
+            if re.search(r"^\[(tool\.pytest|tool:pytest|pytest)", text, re.MULTILINE):
+                return True
+    return _find_test_file(workspace, depth)
+
+
+def _find_test_file(folder: Path, depth: int) -> bool:
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return False
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        if entry.is_file() and _TEST_FILE.match(entry.name):
+            return True
+    if depth <= 1:
+        return False
+    return any(
+        _find_test_file(entry, depth - 1)
+        for entry in entries
+        if entry.is_dir()
+        and not entry.is_symlink()
+        and not entry.name.startswith(".")
+        and not (entry / "pyvenv.cfg").exists()
+        and entry.name not in ("node_modules", "__pycache__")
+    )
+
+
+class CitationVerifier:
+    """Every citation (``{url, quote}`` items of the payload's ``field``) must name a page
+    that ``fetch_tool`` read during this run, and its quote must be on that page."""
+
+    def __init__(self, field: str = "citations", fetch_tool: str = "fetch_url") -> None:
+        self.field, self.fetch_tool = field, fetch_tool
+
+    @property
+    def name(self) -> str:
+        return f"citations: every cited page was read with {self.fetch_tool} and holds the quote"
+
+    async def verify(
+        self, payload: Mapping[str, Any], ctx: ToolContext, record: RunRecord
+    ) -> Verdict | None:
+        citations = payload.get(self.field)
+        if not isinstance(citations, list) or not citations:
+            return None  # nothing claimed from a source, nothing to check
+        pages: dict[str, list[str]] = {}
+        for use in record.outputs_of(self.fetch_tool):
+            for url in _urls_of(use.arguments, use.output):
+                pages.setdefault(url, []).append(_plain(use.output))
+        problems = []
+        for index, citation in enumerate(citations):
+            if not isinstance(citation, Mapping):
+                continue
+            url, quote = str(citation.get("url", "")), str(citation.get("quote", ""))
+            read = pages.get(_url_key(url))
+            if read is None:
+                problems.append(
+                    f"- citations[{index}]: {url[:200]} was not read during this run "
+                    f"(fetch it with {self.fetch_tool} before citing it)"
+                )
+            elif not _quote_found(quote, read):
+                problems.append(
+                    f"- citations[{index}]: the quote is not on {url[:200]} as read "
+                    "(copy the words exactly from the page)"
+                )
+        checked = len([c for c in citations if isinstance(c, Mapping)])
+        if problems:
+            summary = f"{len(problems)} of {checked} citation(s) not backed by a page read"
+            return Verdict(False, summary, "\n".join(problems))
+        return Verdict(True, f"all {checked} citation(s) were read and quoted")
+
+
+def _urls_of(arguments: Mapping[str, Any], output: str) -> set[str]:
+    """The URL asked for and the one finally read (after redirects: the output's first line)."""
+    urls = {_url_key(str(arguments.get("url", "")))}
+    first = output.split("\n", 1)[0]
+    if first.startswith("URL: "):
+        urls.add(_url_key(first[5:].strip()))
+    return urls
+
+
+def _url_key(url: str) -> str:
+    """A URL compared loosely: no fragment, no trailing slash, host in lower case."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), path, parts.query, ""))
+
+
+_MARKUP = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_NOISE = str.maketrans({"*": "", "`": "", "#": " ", "_": " ", ">": " ", "|": " "})
+_SPACE_BEFORE = re.compile(r" ([,.;:!?)\]])")
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+_ELLIPSIS = re.compile(r"\.\.\.|\u2026|\[\.\.\.\]")
+
+
+def _plain(text: str) -> str:
+    """Text compared loosely: Markdown links and emphasis dropped, quotes and dashes
+    straightened, case folded, whitespace collapsed."""
+    text = unicodedata.normalize("NFKC", _MARKUP.sub(r"\1", text))
+    text = text.translate(_QUOTES).translate(_NOISE).replace("\u2014", "-").replace("\u2013", "-")
+    return _SPACE_BEFORE.sub(r"\1", " ".join(text.casefold().split()))
+
+
+def _quote_found(quote: str, pages: list[str]) -> bool:
+    """Whether every part of ``quote`` (split at ellipses) is on one of ``pages``."""
+    parts = [_plain(p).strip(" \"'.,;:") for p in _ELLIPSIS.split(quote)]
+    parts = [p for p in parts if p]
+    if not parts:
+        return False
+    return any(all(p in page for p in parts) for page in pages)

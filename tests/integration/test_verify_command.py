@@ -1,0 +1,98 @@
+"""The verification command as the engineering pack runs it: a real, confined process in the
+workspace after the model's finish_task; by default the project's pytest tests, when there
+are any and the run changed something."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from fabric.application.context import ToolContext
+from fabric.application.verify import RunRecord, ToolUse
+from fabric.domain.errors import ConfigError, SandboxError
+from fabric.infrastructure.tools.verifiers import CommandVerifier, has_pytest_tests
+
+WROTE = RunRecord([ToolUse("write_file", {"path": "calc.py"}, True, "wrote calc.py")])
+READ = RunRecord([ToolUse("read_file", {"path": "calc.py"}, True, "...")])
+
+
+def project(folder: Path, body: str = "return a + b") -> None:
+    (folder / "calc.py").write_text(f"def add(a, b):\n    {body}\n")
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    (folder / "conftest.py").write_text(
+        "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n"
+    )
+
+
+def check(verifier: CommandVerifier, ctx: ToolContext, record: RunRecord = WROTE):  # type: ignore[no-untyped-def]
+    return asyncio.run(verifier.verify({"summary": "done"}, ctx, record))
+
+
+def test_auto_runs_the_projects_tests_and_passes_when_they_do(ctx: ToolContext) -> None:
+    project(ctx.workspace)
+    verdict = check(CommandVerifier("auto"), ctx)
+    assert verdict is not None and verdict.ok, verdict
+    assert verdict.detail == {
+        "command": "python -m pytest -q -x -p no:cacheprovider",
+        "exit_code": 0,
+    }
+
+
+def test_auto_fails_with_the_failing_test_as_evidence(ctx: ToolContext) -> None:
+    project(ctx.workspace, body="return a - b")
+    verdict = check(CommandVerifier("auto"), ctx)
+    assert verdict is not None and not verdict.ok
+    assert "failed with exit code 1" in verdict.summary
+    assert "test_add" in verdict.evidence and "assert -1 == 5" in verdict.evidence
+
+
+def test_auto_has_nothing_to_check_without_tests_or_changes(ctx: ToolContext) -> None:
+    (ctx.workspace / "notes.md").write_text("hello\n")
+    assert check(CommandVerifier("auto"), ctx) is None  # no tests
+    project(ctx.workspace)
+    assert check(CommandVerifier("auto"), ctx, READ) is None  # the run only read
+    assert check(CommandVerifier("auto", when="always"), ctx, READ) is not None
+
+
+def test_tests_are_found_the_way_pytest_finds_them(tmp_path: Path) -> None:
+    assert not has_pytest_tests(tmp_path)
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "pkg" / "sub" / "thing_test.py").write_text("")
+    assert has_pytest_tests(tmp_path)
+    other = tmp_path / "other"
+    (other / ".venv" / "lib").mkdir(parents=True)
+    (other / ".venv" / "lib" / "test_x.py").write_text("")
+    assert not has_pytest_tests(other)  # hidden folders and virtualenvs are not the project's
+    (other / "pyproject.toml").write_text("[project]\nname='x'\n\n[tool.pytest.ini_options]\n")
+    assert has_pytest_tests(other)
+
+
+def test_the_command_runs_confined_like_the_packs_commands(ctx: ToolContext) -> None:
+    outside = ctx.workspace.parent / "outside.txt"
+    script = f"open({str(outside)!r}, 'w').write('escaped')"
+    verdict = check(CommandVerifier(f'python -c "{script}"', when="always"), ctx)
+    assert verdict is not None
+    assert not outside.exists()  # refused, or written to the sandbox's own /tmp: never here
+
+
+def test_a_command_that_hangs_is_stopped_and_fails(ctx: ToolContext) -> None:
+    verdict = check(CommandVerifier("sleep 30", when="always", timeout=1), ctx)
+    assert verdict is not None and not verdict.ok
+    assert "was stopped" in verdict.summary and verdict.detail["exit_code"] is None
+
+
+def test_bad_commands_are_reported_as_what_they_are(ctx: ToolContext) -> None:
+    with pytest.raises(ConfigError, match="must start with a program name"):
+        CommandVerifier("./run-tests.sh")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        CommandVerifier("pytest 'unclosed")
+    with pytest.raises(ConfigError, match="not installed"):
+        check(CommandVerifier("no-such-program-xyz --check", when="always"), ctx)
+    bare = ToolContext("r", ctx.workspace, ctx.sandbox)
+    with pytest.raises(SandboxError, match="no command runner"):
+        check(CommandVerifier("python -V", when="always"), bare)

@@ -1,0 +1,377 @@
+"""Honest final status: a valid finish_task is a claim, and the pack's checks of the work decide
+whether the run ends ``completed``. A failed check goes back to the model as the result of its
+finish_task (a repair round); when the rounds run out the run ends ``unverified`` with the
+evidence; every check is in the runlog, and a replay or a resume answers it from there."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import assert_valid_runlog, kinds
+
+from fabric.application.context import ToolContext
+from fabric.application.execute_task import execute_task
+from fabric.application.pack import Pack
+from fabric.application.replay import replay
+from fabric.application.resume import plan_resume, resume_task
+from fabric.application.verify import RunRecord, Verdict
+from fabric.config.schema import Limits
+from fabric.domain.errors import ConfigError
+from fabric.domain.models import RunResult, RunStatus
+from fabric.infrastructure.tools.function_tool import FunctionTool
+from fabric.infrastructure.tools.verifiers import CitationVerifier
+from fabric.testing import MemoryRunLog, ScriptedChatClient, tool_call
+
+SCHEMA = {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}
+
+
+class Check:
+    """A check whose verdicts are scripted; counts how often it really ran."""
+
+    def __init__(self, *verdicts: Verdict | Exception | None, name: str = "tests") -> None:
+        self.verdicts, self._name, self.ran = list(verdicts), name, 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def verify(
+        self, payload: Mapping[str, Any], ctx: ToolContext, record: RunRecord
+    ) -> Verdict | None:
+        self.ran += 1
+        verdict = self.verdicts.pop(0)
+        if isinstance(verdict, Exception):
+            raise verdict
+        return verdict
+
+
+def note(text: str) -> str:
+    """Write a note.
+
+    Args:
+        text: The note.
+    """
+    return f"noted: {text}"
+
+
+def pack(*checks: Check | CitationVerifier, tools: tuple[Any, ...] = ()) -> Pack:
+    return Pack(
+        name="p",
+        description="",
+        system_prompt="You work.",
+        tools=[FunctionTool(note), *tools],
+        finish_schema=SCHEMA,
+        verifiers=checks,
+    )
+
+
+FAILED = Verdict(False, "`pytest -q` failed with exit code 1", "FAILED tests/test_a.py::test_x")
+PASSED = Verdict(True, "`pytest -q` passed (exit code 0)")
+
+
+def run(
+    p: Pack, script: list[Any], workspace: Path, repairs: int = 2
+) -> tuple[RunResult, MemoryRunLog, ScriptedChatClient]:
+    chat, log = ScriptedChatClient(script), MemoryRunLog("r1")
+    result = asyncio.run(
+        execute_task(
+            "do it",
+            pack=p,
+            chat=chat,
+            runlog=log,
+            run_id="r1",
+            workspace=workspace,
+            limits=Limits(max_steps=8, finish_repairs=repairs),
+        )
+    )
+    assert_valid_runlog(log.events)
+    return result, log, chat
+
+
+def finish(summary: str = "fixed it") -> Any:
+    return tool_call("finish_task", summary=summary)
+
+
+def test_a_failed_check_goes_back_to_the_model_and_a_later_pass_completes(
+    workspace: Path,
+) -> None:
+    check = Check(FAILED, PASSED)
+    script = [tool_call("note", text="a"), finish("done"), tool_call("note", text="b"), finish()]
+    result, log, chat = run(pack(check), script, workspace)
+
+    assert result.status is RunStatus.COMPLETED and result.payload == {"summary": "fixed it"}
+    shown = [m for m in chat.requests[2][0] if m.get("role") == "tool"][-1]["content"]
+    assert "did not pass verification" in shown and "FAILED tests/test_a.py::test_x" in shown
+    assert "Attempts left: 2" in shown
+    checks = [e for e in log.events if e["kind"] == "verification"]
+    assert [(c["step"], c["ok"], c["check"]) for c in checks] == [
+        (2, False, "tests"),
+        (4, True, "tests"),
+    ]
+    assert checks[0]["evidence"] == "FAILED tests/test_a.py::test_x"
+    assert log.events[0]["verify"] == ["tests"]
+
+
+def test_when_the_repairs_run_out_the_run_is_unverified_not_completed(workspace: Path) -> None:
+    check = Check(FAILED, FAILED)
+    result, log, _ = run(pack(check), [finish("all tests pass"), finish("really")], workspace, 1)
+
+    assert result.status is RunStatus.UNVERIFIED and not result.succeeded
+    assert result.payload == {"summary": "really"}  # the last claim, kept for the reader
+    assert result.error is not None and result.error["code"] == "unverified"
+    assert "FAILED tests/test_a.py::test_x" in result.error["message"]
+    end = log.events[-1]
+    assert end["kind"] == "run_finished" and end["status"] == "unverified"
+
+
+def test_schema_repairs_and_verification_repairs_share_the_rounds(workspace: Path) -> None:
+    check = Check(FAILED)
+    script = [tool_call("finish_task", wrong=1), finish()]
+    result, _, _ = run(pack(check), script, workspace, repairs=1)
+    assert result.status is RunStatus.UNVERIFIED and check.ran == 1
+
+
+def test_a_check_that_cannot_run_ends_the_run_unverified_at_once(workspace: Path) -> None:
+    check = Check(ConfigError("the verification program 'pytest' is not installed", hint="x"))
+    result, log, _ = run(pack(check), [finish(), finish()], workspace)
+
+    assert result.status is RunStatus.UNVERIFIED and result.steps == 1
+    assert result.error is not None and "could not be verified" in result.error["message"]
+    event = next(e for e in log.events if e["kind"] == "verification")
+    assert event["ok"] is False and event["error"]["code"] == "config_error"
+
+
+def test_nothing_to_check_is_recorded_as_skipped(workspace: Path) -> None:
+    result, log, _ = run(pack(Check(None)), [finish()], workspace)
+    assert result.status is RunStatus.COMPLETED
+    event = next(e for e in log.events if e["kind"] == "verification")
+    assert event["skipped"] is True and event["ok"] is True
+
+
+def test_checks_see_every_tool_call_uncut(workspace: Path) -> None:
+    seen: list[RunRecord] = []
+
+    class Spy(Check):
+        async def verify(
+            self, payload: Mapping[str, Any], ctx: ToolContext, record: RunRecord
+        ) -> Verdict | None:
+            seen.append(record)
+            return PASSED
+
+    run(pack(Spy()), [tool_call("note", text="x" * 20_000), finish()], workspace)
+    (use,) = seen[0].uses
+    assert use.name == "note" and use.ok and len(use.output) == len("noted: ") + 20_000
+
+
+def test_a_replay_answers_the_checks_from_the_runlog(workspace: Path) -> None:
+    check = Check(FAILED, PASSED)
+    script = [finish("done"), tool_call("note", text="b"), finish()]
+    _result, log, _ = run(pack(check), script, workspace)
+    again = Check()  # would fail if it were asked
+    report = asyncio.run(
+        replay(log.events, pack=pack(again), runlog=MemoryRunLog("r2"), run_id="r2",
+               workspace=workspace)
+    )  # fmt: skip
+    assert report.identical, report.divergence
+    assert report.result.status is RunStatus.COMPLETED and again.ran == 0
+    assert kinds(log.events).count("verification") == 2
+
+
+def test_a_replay_of_an_unverified_run_ends_unverified_again(workspace: Path) -> None:
+    _result, log, _ = run(pack(Check(FAILED, FAILED)), [finish(), finish()], workspace, 1)
+    report = asyncio.run(
+        replay(log.events, pack=pack(Check()), runlog=MemoryRunLog("r2"), run_id="r2",
+               workspace=workspace)
+    )  # fmt: skip
+    assert report.identical and report.result.status is RunStatus.UNVERIFIED
+
+
+def test_a_resumed_run_checks_its_new_steps_for_real(workspace: Path) -> None:
+    check = Check(FAILED)
+    _, log, _ = run(pack(check), [finish("done"), tool_call("note", text="b")], workspace)
+    events = [e for e in log.events if e["kind"] != "run_finished"]  # as if killed after step 2
+    live = Check(PASSED)
+    plan = plan_resume(events)
+    resumed_log = MemoryRunLog("r1")
+    result = asyncio.run(
+        resume_task(
+            plan,
+            pack=pack(live),
+            chat=ScriptedChatClient([finish()]),
+            runlog=resumed_log,
+            workspace=workspace,
+        )
+    )
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert live.ran == 1  # only the new step's check ran; step 1's came from the log
+
+
+def test_a_run_cannot_be_resumed_without_the_checks_it_started_with(workspace: Path) -> None:
+    _, log, _ = run(pack(Check(FAILED)), [finish(), tool_call("note", text="b")], workspace)
+    plan = plan_resume([e for e in log.events if e["kind"] != "run_finished"])
+    with pytest.raises(ConfigError, match="no longer has: tests"):
+        asyncio.run(
+            resume_task(plan, pack=pack(), chat=ScriptedChatClient([]), runlog=MemoryRunLog("r1"),
+                        workspace=workspace)
+        )  # fmt: skip
+
+
+# --- the research pack's check: cited pages must have been read during the run ---------------
+
+
+def fetch_url(url: str) -> str:
+    """Fetch a page.
+
+    Args:
+        url: The page.
+    """
+    pages = {
+        "https://example.org/a": "URL: https://example.org/a/\nStatus: 200\n\n"
+        "# Tides\nThe **harbour** closes at “dusk” on Sundays.\n"
+        "Removed `acquire()`, kept `idle_timeout`.",
+        "https://example.org/old": "URL: https://example.org/new\nStatus: 200\n\nMoved here.",
+    }
+    return pages[url]
+
+
+def cite(*citations: tuple[str, str]) -> Any:
+    return tool_call(
+        "finish_task",
+        summary="answer",
+        citations=[{"url": u, "quote": q} for u, q in citations],
+    )
+
+
+def research(workspace: Path, script: list[Any]) -> tuple[RunResult, MemoryRunLog]:
+    p = dataclasses.replace(
+        pack(CitationVerifier(), tools=(FunctionTool(fetch_url),)),
+        finish_schema={"type": "object"},
+    )
+    result, log, _ = run(p, script, workspace, repairs=0)
+    return result, log
+
+
+def test_a_citation_of_a_page_never_fetched_is_not_accepted(workspace: Path) -> None:
+    result, log = research(workspace, [cite(("https://example.org/b", "anything"))])
+    assert result.status is RunStatus.UNVERIFIED
+    event = next(e for e in log.events if e["kind"] == "verification")
+    assert "was not read during this run" in event["evidence"]
+
+
+def test_a_quote_that_is_not_on_the_page_is_not_accepted(workspace: Path) -> None:
+    script = [
+        tool_call("fetch_url", url="https://example.org/a"),
+        cite(("https://example.org/a", "the harbour never closes")),
+    ]
+    result, log = research(workspace, script)
+    assert result.status is RunStatus.UNVERIFIED
+    assert (
+        "the quote is not on"
+        in next(e for e in log.events if e["kind"] == "verification")["evidence"]
+    )
+
+
+def test_quotes_read_during_the_run_are_accepted_loosely(workspace: Path) -> None:
+    script = [
+        tool_call("fetch_url", url="https://example.org/a"),
+        tool_call("fetch_url", url="https://example.org/old"),
+        cite(
+            ("https://example.org/a/", 'The harbour closes at "dusk"...on Sundays'),
+            ("https://example.org/new#top", "moved HERE"),
+            ("https://example.org/a", "Removed acquire(), kept idle_timeout"),
+        ),
+    ]
+    result, log = research(workspace, script)
+    assert result.status is RunStatus.COMPLETED, result.error
+    event = next(e for e in log.events if e["kind"] == "verification")
+    assert event["ok"] and event["summary"] == "all 3 citation(s) were read and quoted"
+
+
+def test_an_answer_without_citations_has_nothing_to_check(workspace: Path) -> None:
+    result, log = research(workspace, [cite()])
+    assert result.status is RunStatus.COMPLETED
+    assert next(e for e in log.events if e["kind"] == "verification")["skipped"] is True
+
+
+# --- where a pack's checks come from: fabric.yaml, the task, the recorded run --------------
+
+
+def test_the_checks_a_run_gets_from_config_task_and_recording(tmp_path: Path) -> None:
+    from support import write
+
+    from fabric.config.loader import load_config
+    from fabric.domain.errors import PackError
+    from fabric.interfaces.compose import build_runner
+
+    config = write(
+        tmp_path,
+        """\
+        version: 1
+        packs:
+          engineering: {builder: engineering}
+          reviewer:
+            builder: declarative
+            system_prompt: Review.
+            tools: [read_file]
+            finish_schema: {type: object}
+            verify: {command: "python -m pytest -q", when: always}
+          research: {builder: research}
+        """,
+    )
+    runner = build_runner(load_config(config))
+
+    def names(lp: Any) -> list[str]:
+        return [v.name for v in lp.pack.verifiers]
+
+    assert names(runner.pack("engineering")) == [
+        "command: auto (python -m pytest -q -x -p no:cacheprovider, when the workspace has tests)"
+    ]
+    reviewer = runner.pack("reviewer")
+    assert names(reviewer) == ["command: python -m pytest -q"]
+    assert reviewer.starts_commands  # a check command needs the confined runner, shell or not
+    assert names(reviewer.for_run("off")) == [] and not reviewer.for_run("off").starts_commands
+    assert names(reviewer.for_run("make check")) == ["command: make check"]
+    research = runner.pack("research")
+    assert [n.split(":")[0] for n in names(research.for_run("off"))] == ["citations"]
+    resumed = runner.pack_for({"pack": "reviewer", "verify_override": "python -V"})
+    assert names(resumed) == ["command: python -V"]
+
+    bad = write(
+        tmp_path / "bad",
+        'version: 1\npacks:\n  e: {builder: engineering, verify: {command: "./t.sh"}}\n',
+    )
+    with pytest.raises(PackError, match=r"fabric.yaml:3.*packs.e.verify.command: .*program name"):
+        build_runner(load_config(bad)).pack("e")
+
+
+def test_a_cancel_before_the_checks_ends_the_run_cancelled_not_completed(workspace: Path) -> None:
+    check = Check(PASSED)
+    cancel = asyncio.Event()
+
+    class CancellingChat(ScriptedChatClient):
+        async def chat(self, *args: Any, **kwargs: Any) -> Any:
+            reply = await super().chat(*args, **kwargs)
+            cancel.set()  # the user presses Ctrl-C as the final answer arrives
+            return reply
+
+    result = asyncio.run(
+        execute_task(
+            "do it", pack=pack(check), chat=CancellingChat([finish()]), runlog=MemoryRunLog("r"),
+            run_id="r", workspace=workspace, cancel=cancel,
+        )
+    )  # fmt: skip
+    assert result.status is RunStatus.CANCELLED and check.ran == 0
+
+
+def test_the_same_call_with_the_same_result_gets_a_note(workspace: Path) -> None:
+    same = tool_call("note", text="x")
+    _, log, _ = run(pack(), [same, same, same, tool_call("note", text="y"), finish()], workspace)
+    outputs = [e["output"] for e in log.events if e["kind"] == "tool_result"]
+    assert outputs[0] == "noted: x"
+    assert "same call 2 times in a row" in outputs[1] and "same call 3 times" in outputs[2]
+    assert outputs[3] == "noted: y"
