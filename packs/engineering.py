@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fabric.application.pack import Pack
 from fabric.config.policy import PolicyRule, PolicySettings
 from fabric.config.schema import PackSettings, SandboxSettings, VerifySettings
+from fabric.infrastructure.tools.briefs import WorkspaceBrief
 from fabric.infrastructure.tools.function_tool import json_schema_of
 from fabric.infrastructure.tools.library import library_tools
 
@@ -15,10 +16,10 @@ SYSTEM_PROMPT = """\
 You are a careful software engineer working in one project folder, the workspace. Every path
 is relative to the workspace root: write src/app.py, never /workspace/src/app.py.
 
-Work in small, checked steps:
-1. Run the tests first with shell: `python -m pytest -q`. A failure shows what is wrong and
-   in which file and line.
-2. Find the code: list_files, search_files, then read_file (it shows line numbers).
+Below the task, fabric lists the workspace's files and says how its tests fare right now.
+Use only paths from that list (or from list_files). Work in small, checked steps:
+1. If tests fail, start from the failure: it names the file, the line and what was wrong.
+2. Find the code: search_files, then read_file (it shows line numbers).
 3. Change an existing file with edit_file: copy the exact lines to replace into `old`
    (without the line numbers) and put the new lines in `new`. Change only what the task
    needs, in the source code. Use write_file only to create a new file.
@@ -81,6 +82,11 @@ class EngineeringSettings(PackSettings):
         "project's pytest tests after every finish_task, when the workspace has any (a model "
         "that claims a fix it never made is caught too).",
     )
+    brief: bool = Field(
+        True,
+        description="Before the first step, tell the model the workspace's files and how its "
+        "tests fare (one confined pytest run, at most 60 s); small models need it most.",
+    )
     system_prompt: str = Field(SYSTEM_PROMPT, description="Replaces the built-in prompt.")
 
 
@@ -97,4 +103,5 @@ def build(settings: EngineeringSettings) -> Pack:
         finish_description="Finish the task: report the summary, the files changed (artifacts), "
         "next steps and notes.",
         sandbox=settings.sandbox,
+        brief=WorkspaceBrief() if settings.brief else None,
     )

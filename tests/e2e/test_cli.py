@@ -158,7 +158,9 @@ def test_fabric_run_json_end_to_end(project: Path) -> None:
         assert "summary" in finish["parameters"]["required"]
     first = requests[0]["messages"]
     assert [m["role"] for m in first] == ["system", "user"]
-    assert first[1]["content"] == "Create hello.py and run it."
+    task, brief = first[1]["content"].split("\n\n", 1)  # the task, then the pack's look
+    assert task == "Create hello.py and run it."
+    assert brief.startswith("Before you start, fabric looked at the workspace.")
     assert '"parameters"' not in json.dumps(first)  # schemas go in `tools`, not the prompt
     for before, after in itertools.pairwise(requests):
         grown = after["messages"]

@@ -388,3 +388,24 @@ def test_the_lease_goes_with_the_last_open_client(
     assert pid is not None and still == [pid]
     _wait_for(lambda: not machine.servers(), "the server to stop after its last client")
     assert machine.state_files() == []
+
+
+def test_a_server_in_use_that_is_slow_to_answer_is_never_stopped_by_a_newcomer(
+    machine: Machine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy machine: the server holds other runs and does not answer a newcomer in time.
+    The newcomer says so and leaves it running, rather than killing every run in flight."""
+    from fabric.infrastructure.llm import embedded_shared
+
+    holding = machine.start(hold=True)
+    pid = _read_line(holding)["pid"]
+    [state_file] = machine.state_files()
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "api_key": "not-its-key"}))  # it answers 401
+    monkeypatch.setattr(embedded_shared, "_BUSY_WAIT", 1.0)
+    server = _in_process(machine, monkeypatch, [sys.executable, str(machine.standin), "0"])
+    with pytest.raises(ModelConnectionError, match="in use by other runs"):
+        asyncio.run(server.start())
+    assert machine.servers() == [pid]  # still there, still serving the run that holds it
+    holding.send_signal(signal.SIGKILL)
+    holding.wait()

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import pytest
 from support import assert_valid_runlog, run_fabric
-from test_service import API_KEY, TOKEN, Service, project, sse, step_of
+from test_service import API_KEY, TOKEN, Service, project, sse, step_of, task_of
 
 from fabric.testing import MockOpenAIServer, completion
 
@@ -142,7 +142,7 @@ def test_a_leaked_key_in_tool_output_model_text_and_result_is_redacted(folder: P
 def service_model(body: dict[str, Any]) -> tuple[int, Any]:
     """Task "refuse": a 401 echoing the key. Otherwise: finish, quoting the key and the task
     (which holds the service token)."""
-    task = body["messages"][1]["content"]
+    task = task_of(body)
     if task == "refuse":
         return echo_auth(401)(body)
     return 200, completion(None, [("finish_task", {"summary": f"{task} / {API_KEY}"})])

@@ -179,8 +179,9 @@ def step_of(body: dict[str, Any]) -> int:
 
 
 def task_of(body: dict[str, Any]) -> str:
+    """The task as submitted (without the engineering pack's look at the workspace)."""
     text: str = body["messages"][1]["content"]
-    return text
+    return text.split("\n\nBefore you start, fabric looked at the workspace.")[0]
 
 
 def is_engineering(body: dict[str, Any]) -> bool:

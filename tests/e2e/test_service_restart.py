@@ -93,6 +93,7 @@ def test_after_a_crash_running_is_interrupted_and_queued_runs_once(tmp_path: Pat
         gate.set()  # the held model call may answer now; no one is listening for it
         assert kinds(read_events(tmp_path / "runs" / running / "runlog.jsonl")) == [
             "run_started",
+            "brief",
             "llm_request",
         ]
 
@@ -158,7 +159,7 @@ def test_sigterm_stops_taking_work_and_records_the_running_task_interrupted(
         [stopped] = [e for e in log_events(log) if e.get("event") == "service.stopped"]
         assert stopped["interrupted"] == [running]  # the operator's log names the cut task
         cut = read_events(tmp_path / "runs" / running / "runlog.jsonl")
-        assert kinds(cut)[:2] == ["run_started", "llm_request"]
+        assert kinds(cut)[:3] == ["run_started", "brief", "llm_request"]
         assert_valid_runlog(cut)  # the loop was stopped, and it closed its log
 
         gate.set()

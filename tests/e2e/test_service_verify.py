@@ -28,6 +28,12 @@ def test_a_tasks_verify_command_decides_its_end(tmp_path: Path) -> None:
         empty = service.client.post("/tasks", json={"pack": "engineering", "task": "x",
                                                     "verify": ""})  # fmt: skip
         error_shape(empty, 422)
+        curl = {"pack": "engineering", "task": "x", "verify": "curl http://example.org"}
+        outside = service.client.post("/tasks", json=curl)
+        refused = error_shape(outside, 422)
+        nothing = service.client.post("/tasks", json={"pack": "reviewer", "task": "x",
+                                                      "verify": "python -V"})  # fmt: skip
+        error_shape(nothing, 422)
 
     assert ends[refuted]["status"] == "unverified", ends[refuted]
     assert ends[refuted]["verify"] == 'python -c "raise SystemExit(3)"'
@@ -36,6 +42,7 @@ def test_a_tasks_verify_command_decides_its_end(tmp_path: Path) -> None:
     assert ends[backed]["status"] == "completed", ends[backed]
     assert ends[off]["status"] == "completed" and ends[off]["verify"] == "off"
     assert "cannot parse the verify command" in error["message"]
+    assert "'curl' is not one of the allowed commands of pack 'engineering'" in refused["message"]
     events = read_events(tmp_path / "runs" / refuted / "runlog.jsonl")
     started = events[0]
     assert started["verify_override"] == 'python -c "raise SystemExit(3)"'

@@ -80,6 +80,9 @@ def test_a_false_claim_of_success_ends_unverified_with_the_evidence(tmp_path: Pa
     assert "NOT verified: `python -m pytest -q -x -p no:cacheprovider` failed" in shown.stdout
     assert "assert 6 == 5" in shown.stdout
     assert "unverified after 3 step(s)" in shown.stdout
+    assert "looked at the workspace first" in shown.stdout and "The tests fail now" in shown.stdout
+    brief = next(e for e in events if e["kind"] == "brief")["text"]
+    assert "calc.py" in brief and "assert -1 == 5" in brief  # before the model's change
 
 
 def test_a_real_fix_is_verified_and_completes(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from fabric.application.context import ToolContext
 from fabric.application.verify import RunRecord, ToolUse
-from fabric.domain.errors import ConfigError, SandboxError
+from fabric.domain.errors import ConfigError, RunError, SandboxError
+from fabric.infrastructure.sandbox import command_runner
 from fabric.infrastructure.tools.verifiers import CommandVerifier, has_pytest_tests
 
 WROTE = RunRecord([ToolUse("write_file", {"path": "calc.py"}, True, "wrote calc.py")])
@@ -80,10 +81,10 @@ def test_the_command_runs_confined_like_the_packs_commands(ctx: ToolContext) -> 
     assert not outside.exists()  # refused, or written to the sandbox's own /tmp: never here
 
 
-def test_a_command_that_hangs_is_stopped_and_fails(ctx: ToolContext) -> None:
-    verdict = check(CommandVerifier("sleep 30", when="always", timeout=1), ctx)
-    assert verdict is not None and not verdict.ok
-    assert "was stopped" in verdict.summary and verdict.detail["exit_code"] is None
+def test_a_check_that_does_not_finish_cannot_verify_the_work(ctx: ToolContext) -> None:
+    with pytest.raises(RunError, match="`sleep 30` did not finish") as stopped:
+        check(CommandVerifier("sleep 30", when="always", timeout=1), ctx)
+    assert "verify.timeout, now 1 s" in stopped.value.hint
 
 
 def test_bad_commands_are_reported_as_what_they_are(ctx: ToolContext) -> None:
@@ -96,3 +97,50 @@ def test_bad_commands_are_reported_as_what_they_are(ctx: ToolContext) -> None:
     bare = ToolContext("r", ctx.workspace, ctx.sandbox)
     with pytest.raises(SandboxError, match="no command runner"):
         check(CommandVerifier("python -V", when="always"), bare)
+
+
+def test_the_engineering_brief_lists_the_files_and_says_how_the_tests_fare(
+    ctx: ToolContext,
+) -> None:
+    from fabric.infrastructure.tools.briefs import WorkspaceBrief
+
+    project(ctx.workspace, body="return a - b")
+    (ctx.workspace / ".git").mkdir()
+    text = asyncio.run(WorkspaceBrief()(ctx))
+    assert "calc.py" in text and "tests/test_calc.py" in text and ".git" not in text
+    assert "The tests fail now" in text and "assert -1 == 5" in text
+    (fixed := ctx.workspace.parent / "fixed").mkdir()
+    project(fixed)
+    runner = command_runner(ctx.sandbox, fixed)
+    text = asyncio.run(WorkspaceBrief()(ToolContext("r", fixed, ctx.sandbox, commands=runner)))
+    assert "The tests pass now" in text and "1 passed" in text
+    (other := ctx.workspace / "plain").mkdir()
+    (other / "notes.md").write_text("hi\n")
+    bare = asyncio.run(WorkspaceBrief()(ToolContext("r", other, ctx.sandbox)))
+    assert "notes.md" in bare and "tests" not in bare  # no tests, no command runner: no run
+
+
+def test_a_pass_after_the_run_changed_the_tests_says_so(ctx: ToolContext) -> None:
+    project(ctx.workspace, body="return a - b")
+    (ctx.workspace / "tests" / "test_calc.py").write_text("def test_add():\n    pass\n")
+    record = RunRecord(
+        [
+            ToolUse("edit_file", {"path": "tests/test_calc.py"}, True, "edited"),
+            ToolUse("write_file", {"path": "calc.py"}, True, "wrote"),
+        ]
+    )
+    verdict = check(CommandVerifier("auto"), ctx, record)
+    assert verdict is not None and verdict.ok  # the tests pass: that is what was observed
+    assert "the run changed tests or their settings: tests/test_calc.py" in verdict.summary
+    assert verdict.detail["tests_changed"] == ["tests/test_calc.py"]
+
+
+def test_no_tests_collected_after_the_run_touched_their_settings_is_no_pass(
+    ctx: ToolContext,
+) -> None:
+    project(ctx.workspace, body="return a - b")
+    (ctx.workspace / "conftest.py").write_text('collect_ignore_glob = ["*"]\n')
+    record = RunRecord([ToolUse("write_file", {"path": "conftest.py"}, True, "wrote")])
+    verdict = check(CommandVerifier("auto"), ctx, record)
+    assert verdict is not None and not verdict.ok
+    assert verdict.detail["exit_code"] == 5 and verdict.detail["tests_changed"] == ["conftest.py"]

@@ -298,3 +298,57 @@ def test_neither_runs_nor_checks_can_read_the_suite(tmp_path: Path, backend: str
     assert "THE-REFERENCE" not in result["output"]
     assert report.results["overall"]["false_successes"] == 1
     assert (tmp_path / "out" / "summary.md").is_file()
+
+
+@pytest.mark.parametrize("backend", confining_backends())
+def test_runs_cannot_read_the_suites_repository_or_other_evals(
+    tmp_path: Path, backend: str
+) -> None:
+    """The solutions are also in the git objects of the repository that holds the suite, and
+    solved workspaces in earlier evals' output folders beside this one."""
+    repo = tmp_path / "repo"
+    suite = repo / "evals" / "peek"
+    solution = write(suite, "THE-REFERENCE-ANSWER\n", "solutions/peek/answer.txt")
+    write(suite, PEEK_SUITE.format(backend=backend, solution=solution), "suite.yaml")
+    write(repo, "THE-REFERENCE-ANSWER in an object\n", ".git/objects/ab/cdef")
+    earlier = write(tmp_path / "outs" / "earlier", "{}", "eval.json").parent
+    write(earlier, "THE-REFERENCE-ANSWER solved\n", "work/peek/1/answer.txt")
+    targets = [repo / ".git" / "objects" / "ab" / "cdef", earlier / "work/peek/1/answer.txt"]
+
+    async def peek(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> Any:
+        step = sum(m["role"] == "assistant" for m in messages)
+        if step < len(targets):
+            return tool_call("shell", command=f"cat {targets[step]}")
+        return tool_call("finish_task", summary="copied")
+
+    loaded = load_config(write(tmp_path, CONFIG))
+    prepared = prepare(loaded, EvalOptions(suite=suite, out=tmp_path / "outs" / "now"))
+    report = asyncio.run(
+        execute(
+            prepared,
+            loaded,
+            stop=asyncio.Event(),
+            chat_factory=lambda model: FunctionChatClient(peek),
+        )
+    )
+    [record] = report.run.finished
+    events = read_events(tmp_path / "outs" / "now" / record.runlog)
+    outputs = [e["output"] for e in events if e["kind"] == "tool_result"]
+    assert len(outputs) == 2 and not any("THE-REFERENCE" in o for o in outputs), outputs
+
+
+def test_a_check_that_could_not_run_is_no_false_success() -> None:
+    from fabric.application.evals.records import AttemptRecord, CheckResult
+
+    def record(check: CheckResult) -> AttemptRecord:
+        return AttemptRecord(
+            case="c", attempt=1, tier="easy", pack="p", status="completed", passed=False,
+            checks=(check,), steps=1, tokens=1, cost_usd=None, wall_s=1.0, run_id="r",
+            runlog="runs/r/runlog.jsonl", finished="2026-11-25T00:00:00Z",
+        )  # fmt: skip
+
+    failed = record(CheckResult("run", "pytest", False, "exit code 1"))
+    broken = record(CheckResult("run", "pytest", False, "could not run: no python", errored=True))
+    assert failed.false_success and not broken.false_success and broken.check_error
+    again = AttemptRecord.from_json(broken.as_json())
+    assert again.check_error and not again.false_success

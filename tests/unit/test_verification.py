@@ -366,6 +366,8 @@ def test_a_cancel_before_the_checks_ends_the_run_cancelled_not_completed(workspa
         )
     )  # fmt: skip
     assert result.status is RunStatus.CANCELLED and check.ran == 0
+    assert result.payload == {"summary": "fixed it"}  # kept, and said to be unchecked
+    assert result.error is not None and "before the work was checked" in result.error["message"]
 
 
 def test_the_same_call_with_the_same_result_gets_a_note(workspace: Path) -> None:
@@ -375,3 +377,60 @@ def test_the_same_call_with_the_same_result_gets_a_note(workspace: Path) -> None
     assert outputs[0] == "noted: x"
     assert "same call 2 times in a row" in outputs[1] and "same call 3 times" in outputs[2]
     assert outputs[3] == "noted: y"
+
+
+# --- the pack's look at the workspace before the first step ---------------------------------
+
+
+def test_the_brief_is_added_to_the_task_recorded_and_replayed_as_it_was(workspace: Path) -> None:
+    looks: list[str] = []
+
+    async def brief(ctx: ToolContext) -> str:
+        looks.append(str(ctx.workspace))
+        return "Files: a.py"
+
+    briefed = dataclasses.replace(pack(Check(PASSED)), brief=brief)
+    result, log, chat = run(briefed, [finish()], workspace)
+    assert result.status is RunStatus.COMPLETED and len(looks) == 1
+    assert chat.requests[0][0][1] == {"role": "user", "content": "do it\n\nFiles: a.py"}
+    assert kinds(log.events)[:3] == ["run_started", "brief", "llm_request"]
+
+    async def other(ctx: ToolContext) -> str:
+        raise AssertionError("a replay must not look again")
+
+    report = asyncio.run(
+        replay(log.events, pack=dataclasses.replace(pack(Check()), brief=other),
+               runlog=MemoryRunLog("r2"), run_id="r2", workspace=workspace)
+    )  # fmt: skip
+    assert report.identical, report.divergence
+
+
+def test_a_brief_that_fails_is_said_and_the_run_goes_on(workspace: Path) -> None:
+    async def broken(ctx: ToolContext) -> str:
+        raise OSError("disk on fire")
+
+    result, _, chat = run(dataclasses.replace(pack(), brief=broken), [finish()], workspace)
+    assert result.status is RunStatus.COMPLETED
+    assert "could not look at the workspace first: OSError: disk on fire" in str(
+        chat.requests[0][0][1]["content"]
+    )
+
+
+def test_a_resumed_run_tells_the_recorded_brief_once(workspace: Path) -> None:
+    async def brief(ctx: ToolContext) -> str:
+        return "Files: a.py"
+
+    briefed = dataclasses.replace(pack(), brief=brief)
+    _, log, _ = run(briefed, [tool_call("note", text="a"), tool_call("note", text="b")], workspace)
+    events = [e for e in log.events if e["kind"] != "run_finished"]
+    resumed = MemoryRunLog("r1")
+
+    async def never(ctx: ToolContext) -> str:
+        raise AssertionError("a resume must not look again")
+
+    result = asyncio.run(
+        resume_task(plan_resume(events), pack=dataclasses.replace(pack(), brief=never),
+                    chat=ScriptedChatClient([finish()]), runlog=resumed, workspace=workspace)
+    )  # fmt: skip
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert "brief" not in kinds(resumed.events)

@@ -35,11 +35,17 @@ from .approvals import PolicyGate
 from .commands import CommandRunner
 from .context import ToolContext
 from .cost import Prices, RunCost
-from .pack import FINISH_TOOL, Pack
+from .pack import FINISH_TOOL, Brief, Pack
 from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
 from .verify import RunRecord, ToolUse, Verdict, describe
 
 _SKIPPED = {"skipped": True}
+_UNCHECKED = {
+    "code": "cancelled",
+    "message": "the run was cancelled as its final answer came, before the work was checked: "
+    "the payload is the model's claim, unverified",
+    "hint": "resume the run (fabric resume) to have the claim checked, or check it yourself",
+}
 
 
 class _Stop(Exception):
@@ -92,6 +98,9 @@ class _Run:
     async def loop(self) -> None:
         watcher = asyncio.ensure_future(self._watch())  # one per run, not one per step
         try:
+            if self.pack.brief is not None:
+                self._check_cancel()
+                self.messages[1]["content"] += f"\n\n{await self._brief(self.pack.brief)}"
             await self._steps()
         finally:
             watcher.cancel()
@@ -120,6 +129,17 @@ class _Run:
                 if call.name != FINISH_TOOL:  # a final answer that came with a cancel is kept
                     self._check_cancel()
                 self.messages.append(await self._handle(call))
+
+    async def _brief(self, brief: Brief) -> str:
+        """The pack's look at the workspace, recorded as the ``brief`` event; its failure is
+        said in the text instead (a run never fails for want of a brief)."""
+        started = time.perf_counter()
+        try:
+            text = await brief(self.ctx)
+        except Exception as exc:  # a pack's own bug: the run goes on without the look
+            text = f"(fabric could not look at the workspace first: {type(exc).__name__}: {exc})"
+        self.log.emit("brief", {"text": text, "duration_ms": _ms(started)})
+        return text
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -222,8 +242,9 @@ class _Run:
         except (Exception, SystemExit) as exc:  # a tool's own bug must not end the run
             ok, error = False, {"code": "tool_crashed", "message": f"{type(exc).__name__}: {exc}"}
             output = f"error: the tool {_clip(call.name)} failed: {type(exc).__name__}: {exc}"
-        if call.name != FINISH_TOOL and call.arguments is not None:
-            self.record.uses.append(ToolUse(call.name, call.arguments, ok, output))
+        if call.arguments is not None:
+            if call.name != FINISH_TOOL:
+                self.record.uses.append(ToolUse(call.name, call.arguments, ok, output))
             output += self._repeated(call.name, call.arguments, output)
         if len(output) > self.limits.tool_output_chars:
             name = f"step{self.steps}-{call.name[:40]}-{call.id[:40]}.txt"
@@ -283,9 +304,11 @@ class _Run:
         """Run the pack's checks of the work, each recorded as a ``verification`` event; a
         failed one goes back to the model as this finish_task's result (a repair round). A
         check that cannot run at all ends the run ``unverified``. A cancel ends the run
-        before the next check: a claim that was not checked is not ``completed``."""
+        before the next check, ``cancelled`` with the claim kept as its payload: unchecked,
+        it is not ``completed``, and it is not thrown away either."""
         for verifier in self.pack.verifiers:
-            self._check_cancel()
+            if self.cancel.is_set():
+                raise _Stop(RunStatus.CANCELLED, payload, _UNCHECKED)
             started = time.perf_counter()
             event = {"step": self.steps, "call_id": call_id, "check": verifier.name}
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,11 +10,16 @@ from pydantic import BaseModel, ValidationError
 
 from fabric.config.schema import SandboxSettings
 
+from .context import ToolContext
 from .ports import Tool
 from .verify import Verifier
 
 FINISH_TOOL = "finish_task"
 
+
+Brief = Callable[[ToolContext], Awaitable[str]]
+"""What the pack tells the model about the workspace before its first step (appended to the
+task); e.g. the files and how the tests fare (``infrastructure/tools/briefs.py``)."""
 
 FinishCheck = Callable[[Mapping[str, Any]], list[str]]
 """The problems with finish_task arguments, each ``path: message``; empty when valid."""
@@ -87,6 +92,9 @@ class Pack:
     finish_model: type[BaseModel] | None = None
     """The pydantic model ``finish_schema`` was generated from, if any: arguments are then
     checked with it (strictly) instead of a JSON Schema validator."""
+    brief: Brief | None = None
+    """Looks at the workspace before the first step; its text is added to the task and kept
+    in the runlog's ``brief`` event (a replay sends the recorded text)."""
     verifiers: Sequence[Verifier] = ()
     """Checks of the work run after a valid finish_task, before the run may end
     ``completed`` (``verify.py``): e.g. the project's tests, or that cited pages were read."""

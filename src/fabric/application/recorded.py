@@ -32,7 +32,7 @@ from .divergence import (
     first_difference_in_list,
     plain,
 )
-from .pack import Pack
+from .pack import Brief, Pack
 from .ports import DeltaSink, RunLog, Tool
 from .recording import Recording
 from .verify import RunRecord, Verdict, Verifier
@@ -368,3 +368,18 @@ def missing_checks(recording: Recording, pack: Pack) -> list[str]:
     """The checks the recorded run started with that ``pack`` no longer has."""
     own = {v.name for v in pack.verifiers}
     return [str(n) for n in recording.started.get("verify") or () if str(n) not in own]
+
+
+def recorded_brief(recording: Recording) -> Brief | None:
+    """The pack's look at the workspace as the run recorded it (its ``brief`` event), so a
+    replay or a resume sends the model the same first message; None when it had none."""
+    text = next(
+        (str(e.get("text", "")) for e in recording.events if e.get("kind") == "brief"), None
+    )
+    if text is None:
+        return None
+
+    async def brief(ctx: ToolContext) -> str:
+        return text
+
+    return brief

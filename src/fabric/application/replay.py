@@ -28,7 +28,13 @@ from .divergence import Diverged, Divergence, ReplayState, first_difference, pla
 from .execute_task import execute_task
 from .pack import Pack
 from .ports import RunLog
-from .recorded import ReplayChatClient, WatchingRunLog, recorded_tools, recorded_verifiers
+from .recorded import (
+    ReplayChatClient,
+    WatchingRunLog,
+    recorded_brief,
+    recorded_tools,
+    recorded_verifiers,
+)
 from .recording import Recording
 
 
@@ -85,7 +91,8 @@ async def replay(
         list(pack.tools) if live else recorded_tools(recording, pack, state=state, run_dir=run_dir)
     )
     verifiers = recorded_verifiers(recording, pack, state=state, live=live)
-    replay_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers)
+    brief = recorded_brief(recording)  # what the model was told then, not a new look
+    replay_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
     if limits is None:
         limits = Limits.model_validate(recording.limits)
     result = await execute_task(

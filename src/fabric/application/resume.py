@@ -36,7 +36,13 @@ from .divergence import Diverged, ReplayState
 from .execute_task import execute_task
 from .pack import Pack
 from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
-from .recorded import ReplayChatClient, missing_checks, recorded_tools, recorded_verifiers
+from .recorded import (
+    ReplayChatClient,
+    missing_checks,
+    recorded_brief,
+    recorded_tools,
+    recorded_verifiers,
+)
 from .recording import Recording
 
 RESUMABLE = ("max_steps", "cancelled")
@@ -109,7 +115,7 @@ def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = Non
     kept = [
         e
         for e in events
-        if e.get("kind") == "run_started"
+        if e.get("kind") in ("run_started", "brief")
         or (isinstance(e.get("step"), int) and e["step"] <= completed)
     ]
     return ResumePlan(recording.started, kept, completed, limits, reason, finished)
@@ -219,6 +225,8 @@ class _ResumingRunLog:
         return self._inner.location
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
+        if kind == "brief":
+            return  # the recorded look, told again: the log holds it already
         if kind == "run_started":
             resumed = {
                 "from_step": self._plan.completed + 1,
@@ -281,7 +289,8 @@ async def resume_task(
     verifiers = recorded_verifiers(
         recording, pack, state=state, live=True, upto_step=plan.completed
     )
-    resumed_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers)
+    brief = recorded_brief(recording)
+    resumed_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
     resuming = (
         _ResumingChat(ReplayChatClient(recording, state), chat, plan.completed, state)
         if chat is not None

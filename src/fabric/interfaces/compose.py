@@ -511,9 +511,23 @@ def build_runner(
         runs_dir=runs_dir or loaded.runs_dir,
         backends=Backends(loaded.config.llm, on_status=on_status, secrets=secrets),
         chat_factory=chat_factory,
-        protected=(*service_files(loaded), *protected),
+        protected=(*service_files(loaded), *embedded_files(loaded), *protected),
         secrets=secrets,
     )
+
+
+def embedded_files(loaded: LoadedConfig) -> tuple[Path, ...]:
+    """The shared embedded model servers' folder (their keys and the locks that keep them
+    alive), when the config has an embedded backend: no run's command may read it or hold
+    its locks. Made now (private), so it is hidden from the first run on."""
+    if not any(b.kind == "embedded" for b in loaded.config.llm.backends.values()):
+        return ()
+    from fabric.infrastructure.llm.embedded_state import ensure_private_dir, state_dir
+
+    try:
+        return (ensure_private_dir(state_dir()),)
+    except OSError:
+        return (state_dir(),)  # the server cannot start there either; it will say why
 
 
 def service_files(loaded: LoadedConfig) -> tuple[Path, ...]:

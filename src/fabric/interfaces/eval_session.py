@@ -212,7 +212,11 @@ def write_results(prepared: Prepared, loaded: LoadedConfig) -> dict[str, Any]:
         "started": folder.manifest().get("started"),
         "date": _now(),
     }
-    results = build_results(folder.records(), suite.cases, options.repeats, meta)
+    records = folder.records()
+    # the cases this command chose (--case), and any the folder has attempts of already
+    chosen = {c.id for c in select_cases(suite, options.cases)} | {r.case for r in records}
+    cases = [c for c in suite.cases if c.id in chosen]
+    results = build_results(records, cases, options.repeats, meta)
     folder.write_results(results, render_summary(results))
     return results
 
@@ -237,12 +241,31 @@ def _suite_folder(suite: LoadedSuite) -> Path | None:
 
 
 def _protected(suite: LoadedSuite, out: Path) -> list[Path]:
-    """What no run's tools or commands may read: the suite (its checks and reference solutions)
-    and the eval's own files (each attempt hides the rest of ``out`` too: ``EvalFolder.apart``)."""
+    """What no run's tools or commands may read: the suite (its checks and reference
+    solutions), the git repository that holds it (its objects hold the solutions too), other
+    evals' output folders beside ``out`` (solved workspaces, whole transcripts), and the
+    eval's own files (each attempt hides the rest of ``out`` too: ``EvalFolder.apart``)."""
     source = Path(suite.source).resolve()
     folder = _suite_folder(suite)
     places = [folder] if folder is not None else [source, source.parent / "solutions"]
+    places += _repositories_holding(folder or source.parent)
+    places += _other_evals(out.resolve())
     return places + [(out / name).resolve() for name in (MANIFEST, ATTEMPTS, RESULTS, SUMMARY)]
+
+
+def _repositories_holding(folder: Path) -> list[Path]:
+    """The ``.git`` of every repository ``folder`` lies in (a checkout, and one it is a
+    submodule or worktree of)."""
+    return [p / ".git" for p in (folder, *folder.parents) if (p / ".git").exists()]
+
+
+def _other_evals(out: Path) -> list[Path]:
+    """Eval output folders (they hold ``eval.json``) beside ``out``."""
+    try:
+        siblings = list(out.parent.iterdir())
+    except OSError:
+        return []
+    return [p for p in siblings if p != out and (p / MANIFEST).is_file()]
 
 
 def _now() -> str:

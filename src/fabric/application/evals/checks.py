@@ -49,9 +49,10 @@ async def _run(check: RunCheck, folder: Path, pack: str, commands: CheckCommands
     try:
         outcome = await commands.run(folder, pack, check.run, check.timeout_s)
     except FabricError as exc:
-        return CheckResult("run", label, False, f"could not run: {exc.message}")
+        return CheckResult("run", label, False, f"could not run: {exc.message}", errored=True)
     except Exception as exc:  # the machine failed us, not the workspace: still evidence
-        return CheckResult("run", label, False, f"could not run: {type(exc).__name__}: {exc}")
+        why = f"could not run: {type(exc).__name__}: {exc}"
+        return CheckResult("run", label, False, why, errored=True)
     tail = _tail(outcome.output)
     if outcome.stopped:
         return CheckResult("run", label, False, f"{outcome.stopped}; output ends: {tail}")

@@ -22,14 +22,20 @@ class CheckResult:
     label: str
     passed: bool
     evidence: str
+    errored: bool = False
+    """The check could not be made (its program is missing, the sandbox failed): a fault of
+    the machine or the suite, not a verdict on the run."""
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "kind": self.kind,
             "check": self.label,
             "passed": self.passed,
             "evidence": self.evidence,
         }
+        if self.errored:
+            out["errored"] = True
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
@@ -38,6 +44,7 @@ class CheckResult:
             str(data.get("check", "")),
             bool(data.get("passed")),
             str(data.get("evidence", "")),
+            bool(data.get("errored", False)),
         )
 
 
@@ -69,9 +76,14 @@ class AttemptRecord:
     """Keys a newer fabric wrote that this one does not know (kept as they were)."""
 
     @property
+    def check_error(self) -> bool:
+        """A check could not be made, so the attempt's verdict is not the run's doing."""
+        return any(c.errored for c in self.checks)
+
+    @property
     def false_success(self) -> bool:
-        """The run claimed it was done, and the checks say it was not."""
-        return self.status == COMPLETED and not self.passed
+        """The run claimed it was done, and the checks (all of them made) say it was not."""
+        return self.status == COMPLETED and not self.passed and not self.check_error
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -103,6 +103,8 @@ def _figures(f: Mapping[str, Any]) -> list[str]:
     if f.get("total_cost_usd") is not None:
         cost = f"${f['total_cost_usd']:.4f} / ${f['mean_cost_usd']:.4f}"
     statuses = ", ".join(f"{s} {n}" for s, n in (f.get("statuses") or {}).items())
+    if f.get("check_errors"):
+        statuses += f"; {f['check_errors']} with a check that could not run"
     return [
         f"{f['passed']}/{f['attempts']}",
         rate,

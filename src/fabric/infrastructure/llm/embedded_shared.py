@@ -47,6 +47,9 @@ from .embedded_state import (
 _HAS_PROC = Path("/proc/self/cmdline").exists()
 _HEALTH_TIMEOUT = 15.0
 _STOP_WAIT = 15.0
+_BUSY_WAIT = 120.0
+"""How long a server that other runs hold is given to answer before a newcomer gives up (a
+busy two-core machine can be slow to answer; it is never stopped while in use)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,15 @@ async def attach(launch: Launch, on_status: Callable[[str], None] | None = None)
         await _wait_for_start_lock(lock, launch, on_status)
         state = read_state(launch.files.state)
         started = False
-        if state is None or not (running(state) and await answers(state)):
+        if state is not None and running(state) and in_use(launch.files.lease):
+            # others are using it: slow to answer means busy, not broken; never stop it here
+            if not await answers(state, patience=_BUSY_WAIT):
+                raise ModelConnectionError(
+                    f"the embedded model server (pid {state.pid}) is in use by other runs "
+                    f"and did not answer within {_BUSY_WAIT:g} s",
+                    hint=f"run the task again when the machine is less busy; see {launch.log_path}",
+                )
+        elif state is None or not (running(state) and await answers(state)):
             if state is not None:
                 await _retire(state, launch.files, on_status)
             state = await _start(launch)
@@ -112,15 +123,31 @@ async def attach(launch: Launch, on_status: Callable[[str], None] | None = None)
         os.close(lock)
 
 
-async def answers(state: ServerState) -> bool:
-    """Whether the server answers its model list, with its key."""
+async def answers(state: ServerState, patience: float = 0.0) -> bool:
+    """Whether the server answers its model list, with its key (asking again for up to
+    ``patience`` seconds)."""
     headers = {"Authorization": f"Bearer {state.api_key}"}
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            async with httpx.AsyncClient(timeout=_HEALTH_TIMEOUT, trust_env=False) as client:
+                response = await client.get(state.url + "/models", headers=headers)
+            if response.status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(1.0)
+
+
+def in_use(lease_path: Path) -> bool:
+    """Whether another process holds a lease on the server (a run is using it)."""
+    fd = open_lock(lease_path)
     try:
-        async with httpx.AsyncClient(timeout=_HEALTH_TIMEOUT, trust_env=False) as client:
-            response = await client.get(state.url + "/models", headers=headers)
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200
+        return not try_lock(fd, exclusive=True)
+    finally:
+        os.close(fd)  # closing drops the lock, if it was taken
 
 
 async def _wait_for_start_lock(

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from fabric.application.commands import CommandOutcome
 from fabric.application.context import ToolContext
 from fabric.application.verify import RunRecord, Verdict
-from fabric.domain.errors import ConfigError, SandboxError
+from fabric.domain.errors import ConfigError, RunError, SandboxError
 from fabric.domain.test_output import trim_test_output
 
 from .shell import scrubbed_env
@@ -63,31 +64,66 @@ class CommandVerifier:
             if not has_pytest_tests(ctx.workspace):
                 return None
             command = AUTO_COMMAND
-        argv = _split(command)
-        env = scrubbed_env(ctx.sandbox)
-        program = shutil.which(argv[0], path=env["PATH"])
-        if program is None:
-            raise ConfigError(
-                f"the verification program {argv[0]!r} is not installed on this machine",
-                hint="install it, or change the pack's verify.command (or the task's --verify)",
-            )
-        if ctx.commands is None:
-            raise SandboxError(
-                "this run has no command runner, so its verification command cannot run",
-                hint="start runs through fabric (CLI or HTTP), which confines commands",
-            )
         timeout = self.timeout or ctx.sandbox.command_timeout
-        outcome = await ctx.commands.run([program, *argv[1:]], env=env, timeout=timeout)
+        outcome = await run_command(ctx, command, timeout)
+        if outcome.stopped:  # the model cannot fix a check that does not finish: say so now
+            raise RunError(
+                f"`{command}` did not finish: {outcome.stopped}",
+                hint=f"give the check more time (the pack's verify.timeout, now {timeout:g} s), "
+                "or set verify.command to a faster check (e.g. the tests of one folder)",
+            )
         code = outcome.exit_code
-        ok = code == 0 or (self.command == AUTO and code == _NO_TESTS_COLLECTED)
-        if outcome.stopped:
-            summary = f"`{command}` was stopped: {outcome.stopped}"
-        elif ok:
+        touched = tests_changed(record)
+        # "no tests collected" is a pass only for a project that really has none any more,
+        # and not when the run itself touched the tests or their configuration
+        ok = code == 0 or (self.command == AUTO and code == _NO_TESTS_COLLECTED and not touched)
+        if ok:
             summary = f"`{command}` passed (exit code {code})"
         else:
             summary = f"`{command}` failed with exit code {code}"
+        detail: dict[str, Any] = {"command": command, "exit_code": code}
+        if touched:  # a model can make tests pass by changing them: the reader should know
+            summary += f"; the run changed tests or their settings: {', '.join(touched)}"
+            detail["tests_changed"] = touched
         evidence = "" if ok else trim_test_output(outcome.output, EVIDENCE_CHARS).strip()
-        return Verdict(ok, summary, evidence, {"command": command, "exit_code": code})
+        return Verdict(ok, summary, evidence, detail)
+
+
+async def run_command(ctx: ToolContext, command: str, timeout: float) -> CommandOutcome:
+    """Run a command line of fabric's own (a check, not the model's) in the workspace,
+    confined and with the scrubbed environment, as the shell tool runs the model's."""
+    argv = _split(command)
+    env = scrubbed_env(ctx.sandbox)
+    program = shutil.which(argv[0], path=env["PATH"])
+    if program is None:
+        raise ConfigError(
+            f"the verification program {argv[0]!r} is not installed on this machine",
+            hint="install it, or change the pack's verify.command (or the task's --verify)",
+        )
+    if ctx.commands is None:
+        raise SandboxError(
+            "this run has no command runner, so its verification command cannot run",
+            hint="start runs through fabric (CLI or HTTP), which confines commands",
+        )
+    return await ctx.commands.run([program, *argv[1:]], env=env, timeout=timeout)
+
+
+_TEST_FILES = re.compile(
+    r"(^|/)(tests?/|test_[^/]*\.py$|[^/]*_test\.py$|conftest\.py$|pytest\.ini$|"
+    r"pyproject\.toml$|setup\.cfg$|tox\.ini$|sitecustomize\.py$)"
+)
+_WRITING_TOOLS = ("write_file", "edit_file")
+
+
+def tests_changed(record: RunRecord) -> list[str]:
+    """The test files and test settings the run's file tools changed (what its commands
+    changed is not known here)."""
+    paths = {
+        str(u.arguments.get("path", ""))
+        for u in record.uses
+        if u.ok and u.name in _WRITING_TOOLS and isinstance(u.arguments.get("path"), str)
+    }
+    return sorted(p for p in paths if _TEST_FILES.search(p.lstrip("./")))
 
 
 def _split(command: str) -> list[str]:

@@ -108,6 +108,11 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
         return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
     if kind == "verification":
         return _verification(event)
+    if kind == "brief":
+        lines = str(event.get("text", "")).splitlines()
+        tests = next((line for line in lines if line.startswith("The tests")), "")
+        head = f"  looked at the workspace first ({len(lines)} lines for the model)"
+        return f"{head} {tests}".rstrip()
     if kind in POLICY_KINDS:
         call = pending.get(str(event.get("call_id")), {})
         return describe_policy(event, short_args(call.get("arguments", "")))

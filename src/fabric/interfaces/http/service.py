@@ -7,6 +7,7 @@ runlogs); records live in a ``TaskStore``; an executor decides when each task ru
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from fabric.domain.tasks import (
     RUNNING,
     TaskRecord,
 )
+from fabric.infrastructure.packs.registry import LoadedPack
 from fabric.infrastructure.runlog import new_run_id
 from fabric.infrastructure.runlog.writer import RUNLOG_NAME
 from fabric.interfaces.compose import Runner
@@ -109,7 +111,7 @@ class TaskService:
         verify: str | None = None,
     ) -> TaskRecord:
         folder = self.check(pack, task, workspace, backend)
-        self.runner.pack(pack).for_run(verify)  # a command that cannot be parsed: refused now
+        _check_verify(self.runner.pack(pack), verify)
         problem = await search_problem(pack, self.runner.pack(pack))
         if problem is not None:  # every search would fail once the task runs: refuse it now
             raise problem
@@ -318,3 +320,20 @@ class ServiceUnavailable(FabricError):
     """The service cannot take the request now."""
 
     CODE = "unavailable"
+
+
+def _check_verify(loaded_pack: LoadedPack, verify: str | None) -> None:
+    """A task's own check may use only what the pack's commands may (its allowed programs):
+    the config, not a token holder, decides what runs. A command that cannot be parsed is
+    refused now, not when the task runs."""
+    loaded_pack.for_run(verify)
+    if verify is None or verify.strip() == "off":
+        return
+    program = shlex.split(verify)[0]
+    allowed = loaded_pack.settings.sandbox.allowed_commands
+    if program not in allowed:
+        raise ConfigError(
+            f"verify: {program!r} is not one of the allowed commands of pack "
+            f"{loaded_pack.pack.name!r}, so a task may not run it",
+            hint=f"use one of: {', '.join(allowed)}; or 'off'" if allowed else "use 'off'",
+        )
