@@ -109,6 +109,7 @@ def test_the_engineering_brief_lists_the_files_and_says_how_the_tests_fare(
     text = asyncio.run(WorkspaceBrief()(ctx))
     assert "calc.py" in text and "tests/test_calc.py" in text and ".git" not in text
     assert "The tests fail now" in text and "assert -1 == 5" in text
+    assert "calc.py:\n  1| def add(a, b):\n  2|     return a - b" in text  # the code under test
     (fixed := ctx.workspace.parent / "fixed").mkdir()
     project(fixed)
     runner = command_runner(ctx.sandbox, fixed)

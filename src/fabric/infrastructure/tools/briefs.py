@@ -10,20 +10,26 @@ now, trimmed to the failures. The text is appended to the task and recorded in t
 from __future__ import annotations
 
 import asyncio
+import re
 
 from fabric.application.context import ToolContext
 from fabric.domain.errors import FabricError
 from fabric.domain.test_output import trim_test_output
 
-from .files import list_files
+from .files import list_files, read_file
 from .verifiers import AUTO_COMMAND, has_pytest_tests, run_command
 
 TEST_TIMEOUT = 60.0
 FAILING_NEXT = (
     "If the task is to make these tests pass: the tests are right and the source code is "
-    "wrong. Read the source file the failing test imports (not the test), find the mistake, "
-    "fix it with edit_file, and run the tests. Do not call finish_task before they pass."
+    "wrong. The code the failing test imports is shown below: find the mistake there (not in "
+    "the test), fix it with edit_file, and run the tests. Do not call finish_task before they "
+    "pass."
 )
+_FAILED_IN = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py)(?:::|\s|$)", re.MULTILINE)
+_IMPORTS = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
+SOURCE_LINES = 120
+"""Lines of each module under test shown in the brief (a window; read_file shows the rest)."""
 
 
 class WorkspaceBrief:
@@ -55,7 +61,46 @@ class WorkspaceBrief:
         if outcome.exit_code == 0:
             last = summary.splitlines()[-1] if summary else ""
             return f"The tests pass now (`{AUTO_COMMAND}`): {last}"
+        code = await self._code_under_test(ctx, outcome.output)
         return (
             f"The tests fail now (`{AUTO_COMMAND}` exited with code {outcome.exit_code}):\n"
-            f"{summary}\n\n{FAILING_NEXT}"
+            f"{summary}\n\n{FAILING_NEXT}{code}"
         )
+
+    async def _code_under_test(self, ctx: ToolContext, output: str) -> str:
+        """The workspace modules the failing test files import, numbered as read_file shows
+        them (so ``old`` for edit_file can be copied from here)."""
+        shown: list[str] = []
+        for test in dict.fromkeys(_FAILED_IN.findall(output)):
+            for module in await _imported_modules(ctx, test):
+                if module in shown or module == test or len(shown) >= 3:
+                    continue
+                shown.append(module)
+        parts = []
+        for module in shown:
+            try:
+                text = await read_file(ctx, module, 1, SOURCE_LINES)
+            except FabricError:
+                continue
+            parts.append(f"\n\n{module}:\n{text}")
+        return "".join(parts)
+
+
+async def _imported_modules(ctx: ToolContext, test: str) -> list[str]:
+    """Workspace files a test file imports (``from shop.cart import x`` -> shop/cart.py or
+    shop/cart/__init__.py), read through the workspace's confined reader."""
+    try:
+        source = await read_file(ctx, test, 1, 400)
+    except FabricError:
+        return []
+    text = "\n".join(line.split("| ", 1)[-1] for line in source.splitlines())
+    found = []
+    for dotted in (a or b for a, b in _IMPORTS.findall(text)):
+        if dotted.split(".")[0] in ("pytest", "unittest", "__future__"):
+            continue
+        base = dotted.replace(".", "/")
+        for candidate in (f"{base}.py", f"{base}/__init__.py", f"src/{base}.py"):
+            if (ctx.workspace / candidate).is_file():
+                found.append(candidate)
+                break
+    return found
