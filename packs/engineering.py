@@ -14,7 +14,7 @@ from fabric.infrastructure.tools.library import library_tools
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in one project folder, the workspace. Every path
-is relative to the workspace root: write src/app.py, never /workspace/src/app.py.
+is relative to the workspace root (app.py, lib/util.py), never /workspace/app.py.
 
 Below the task, fabric lists the workspace's files and says how its tests fare right now.
 Use only paths from that list (or from list_files). Work in small, checked steps:

@@ -66,7 +66,11 @@ def render_compare(result: Mapping[str, Any]) -> str:
         )
     lines.append("")
     head = ["", "tier", "A passed", "B passed", "B - A (95% CI)", "verdict"]
-    rows = [[c["case"], c["tier"] or "", *_cells(c)] for c in result["cases"]]
+    rows = [  # a case neither side ran says nothing: left out of the table (kept in JSON)
+        [c["case"], c["tier"] or "", *_cells(c)]
+        for c in result["cases"]
+        if c["verdict"] != "no attempts"
+    ]
     rows += [[f"tier {t}", t, *_cells(r)] for t, r in result["tiers"].items()]
     rows.append(["overall", "", *_cells(result["overall"])])
     lines.append("| " + " | ".join(head) + " |")
