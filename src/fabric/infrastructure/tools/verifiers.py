@@ -7,6 +7,7 @@ the run and holds the quoted words.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shlex
 import shutil
@@ -61,7 +62,7 @@ class CommandVerifier:
             return None  # a run that only read changed nothing a command could judge
         command = self.command
         if command == AUTO:
-            if not has_pytest_tests(ctx.workspace):
+            if not await asyncio.to_thread(has_pytest_tests, ctx.workspace):
                 return None
             command = AUTO_COMMAND
         timeout = self.timeout or ctx.sandbox.command_timeout
