@@ -87,6 +87,13 @@ class EngineeringSettings(PackSettings):
         description="Before the first step, tell the model the workspace's files and how its "
         "tests fare (one confined pytest run, at most 60 s); small models need it most.",
     )
+    keep_failing_tests: bool = Field(
+        True,
+        description="When the brief finds failing tests, edit_file and write_file leave those "
+        "test files as they are for the run and say to change the code they test (small "
+        "models otherwise weaken the test). Turn off for tasks that must change a failing "
+        "test; commands are not bound by it.",
+    )
     system_prompt: str = Field(SYSTEM_PROMPT, description="Replaces the built-in prompt.")
 
 
@@ -103,5 +110,7 @@ def build(settings: EngineeringSettings) -> Pack:
         finish_description="Finish the task: report the summary, the files changed (artifacts), "
         "next steps and notes.",
         sandbox=settings.sandbox,
-        brief=WorkspaceBrief() if settings.brief else None,
+        brief=WorkspaceBrief(keep_failing_tests=settings.keep_failing_tests)
+        if settings.brief
+        else None,
     )

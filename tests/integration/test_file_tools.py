@@ -69,11 +69,19 @@ def test_read_file_returns_the_text(ctx: ToolContext, workspace: Path) -> None:
 
 def test_read_file_window_says_how_to_read_on(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 101)))
-    text = read(ctx, "long.txt", start_line=10, max_lines=3)
+    text = read(ctx, "long.txt", start_line=10, max_lines=50)
     assert text.startswith(" 10| line 10\n 11| line 11\n 12| line 12\n")
-    assert "line 13" not in text
-    assert "lines 10-12 of 100 shown" in text
-    assert "start_line=13" in text
+    assert " 59| line 59\n" in text and "line 60" not in text
+    assert "lines 10-59 of 100 shown" in text
+    assert "start_line=60" in text
+
+
+def test_read_file_shows_at_least_forty_lines(ctx: ToolContext, workspace: Path) -> None:
+    """A small model pages through a file two lines at a time and runs out of steps."""
+    (workspace / "long.txt").write_text("".join(f"line {i}\n" for i in range(1, 101)))
+    text = read(ctx, "long.txt", start_line=11, max_lines=2)
+    assert " 11| line 11\n" in text and " 50| line 50\n" in text and "line 51" not in text
+    assert "lines 11-50 of 100 shown" in text
     # the last window has no "more" note
     assert read(ctx, "long.txt", start_line=99) == " 99| line 99\n100| line 100\n"
 
@@ -100,11 +108,11 @@ def test_read_file_line_numbers_match_search_results(ctx: ToolContext, workspace
 def test_read_file_large_file_is_read_in_windows(ctx: ToolContext, workspace: Path) -> None:
     line = "x" * 99 + "\n"
     (workspace / "big.log").write_text(line * 60_000 + "THE END\n")  # about 6 MB
-    text = read(ctx, "big.log", start_line=2, max_lines=2)
-    assert text_of(text) == line * 2
+    text = read(ctx, "big.log", start_line=2, max_lines=50)
+    assert text_of(text) == line * 50
     assert text.startswith("  2| x")
     assert "goes on" in text
-    assert "start_line=4" in text
+    assert "start_line=52" in text
     assert read(ctx, "big.log", start_line=60_001).startswith("60001| THE END")
 
 

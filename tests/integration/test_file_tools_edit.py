@@ -93,6 +93,41 @@ def test_a_snippet_with_other_indentation_is_pointed_at_not_applied(
     assert calc.read_text() == CALC
 
 
+def test_a_snippet_copied_at_another_depth_is_moved_to_the_files_depth(
+    ctx: ToolContext, workspace: Path
+) -> None:
+    """The model drops the method's indentation in old and new alike: one consistent shift,
+    one place, so the edit is made at the file's depth and the note says so."""
+    (workspace / "shop.py").write_text(
+        "class Cart:\n    def total(self):\n        cost = self.net\n        return cost\n"
+    )
+    result = edit_file(
+        ctx, "shop.py", "cost = self.net\nreturn cost", "cost = self.net\nreturn cost * 2"
+    )
+    assert (workspace / "shop.py").read_text() == (
+        "class Cart:\n    def total(self):\n        cost = self.net\n        return cost * 2\n"
+    )
+    assert "old matched at another indentation; new was indented to match" in result
+    # new less indented than the shift takes off is not guessed at
+    error = error_of(edit_file, ctx, "shop.py", "            return cost * 2", "return 0")
+    assert "matches if indentation/trailing spaces are ignored" in error.message
+
+
+def test_a_snippet_that_is_in_another_file_names_that_file(
+    ctx: ToolContext, workspace: Path
+) -> None:
+    """A small model names the test file while copying the code under test."""
+    (workspace / "tests").mkdir()
+    (workspace / "tests" / "test_calc.py").write_text("from calc import add\n")
+    (workspace / "calc.py").write_text(CALC)
+    error = error_of(edit_file, ctx, "tests/test_calc.py", "def sub(a, b):\n    return a - b", "x")
+    assert error.message == (
+        "old was not found in tests/test_calc.py, but it is in calc.py (line 5)"
+    )
+    assert "path='calc.py'" in error.hint
+    assert (workspace / "calc.py").read_text() == CALC
+
+
 def test_trailing_spaces_alone_do_not_stop_an_edit(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "a.py").write_text("x = 1   \ny = 2\n")
     result = edit_file(ctx, "a.py", "x = 1\ny = 2\n", "x = 10\ny = 20\n")
@@ -311,7 +346,7 @@ def test_edit_file_is_a_library_tool_with_a_small_model_description(
     (tool,) = library_tools("edit_file")
     assert tool.spec.name == "edit_file"
     assert "WITHOUT the line numbers" in tool.spec.description
-    assert 'Example: edit_file(path="src/calc.py"' in tool.spec.description
+    assert "Example" not in tool.spec.description  # the small model copied the example
     assert tool.spec.parameters["required"] == ["path", "old", "new"]
     args = {"path": "src/calc.py", "old": "    return a - b\n\n\n", "new": "    return a + b\n\n\n"}
     result = asyncio.run(tool(args, ctx))

@@ -106,19 +106,52 @@ def test_the_engineering_brief_lists_the_files_and_says_how_the_tests_fare(
 
     project(ctx.workspace, body="return a - b")
     (ctx.workspace / ".git").mkdir()
-    text = asyncio.run(WorkspaceBrief()(ctx))
+    told = asyncio.run(WorkspaceBrief()(ctx))
+    text = told.text
     assert "calc.py" in text and "tests/test_calc.py" in text and ".git" not in text
     assert "The tests fail now" in text and "assert -1 == 5" in text
     assert "calc.py:\n  1| def add(a, b):\n  2|     return a - b" in text  # the code under test
+    assert told.keep == () and "kept as they are" not in text  # not asked to keep tests
     (fixed := ctx.workspace.parent / "fixed").mkdir()
     project(fixed)
     runner = command_runner(ctx.sandbox, fixed)
-    text = asyncio.run(WorkspaceBrief()(ToolContext("r", fixed, ctx.sandbox, commands=runner)))
-    assert "The tests pass now" in text and "1 passed" in text
+    brief = WorkspaceBrief(keep_failing_tests=True)
+    passing = asyncio.run(brief(ToolContext("r", fixed, ctx.sandbox, commands=runner)))
+    assert "The tests pass now" in passing.text and "1 passed" in passing.text
+    assert passing.keep == ()  # nothing fails, nothing kept
     (other := ctx.workspace / "plain").mkdir()
     (other / "notes.md").write_text("hi\n")
-    bare = asyncio.run(WorkspaceBrief()(ToolContext("r", other, ctx.sandbox)))
+    bare = asyncio.run(WorkspaceBrief()(ToolContext("r", other, ctx.sandbox))).text
     assert "notes.md" in bare and "tests" not in bare  # no tests, no command runner: no run
+
+
+def test_the_brief_shows_the_code_the_tested_module_imports_and_keeps_failing_tests(
+    ctx: ToolContext,
+) -> None:
+    """The bug is one import away from the test (posts.py calls slug.py): both are shown, and
+    with keep_failing_tests the failing test file is named and kept."""
+    from fabric.infrastructure.tools.briefs import WorkspaceBrief
+
+    ws = ctx.workspace
+    (ws / "slug.py").write_text(
+        'def slugify(title, sep="_"):\n    return sep.join(title.split())\n'
+    )
+    (ws / "posts.py").write_text(
+        "from slug import slugify\n\n\ndef url(t):\n    return slugify(t)\n"
+    )
+    (ws / "tests").mkdir()
+    (ws / "tests" / "test_posts.py").write_text(
+        "from posts import url\n\n\ndef test_url():\n    assert url('a b') == 'a-b'\n"
+    )
+    (ws / "conftest.py").write_text(
+        "import sys, os\nsys.path.insert(0, os.path.dirname(__file__))\n"
+    )
+    told = asyncio.run(WorkspaceBrief(keep_failing_tests=True)(ctx))
+    assert "posts.py:\n  1| from slug import slugify" in told.text
+    assert 'slug.py:\n  1| def slugify(title, sep="_"):' in told.text
+    assert told.keep == ("tests/test_posts.py",)
+    assert "The failing tests (tests/test_posts.py) are kept as they are" in told.text
+    assert "Change the code they test (posts.py, slug.py) instead" in told.why
 
 
 def test_a_pass_after_the_run_changed_the_tests_says_so(ctx: ToolContext) -> None:

@@ -431,3 +431,21 @@ def test_where_points_at_a_key_or_just_the_file(tmp_path: Path) -> None:
     assert loaded.where("packs", "q", "model") == f"{path}:{line_of(path, 'model: other')}"
     # a key that is not in the file points at its nearest parent
     assert loaded.where("packs", "q", "limits") == f"{path}:{line_of(path, '  q:')}"
+
+
+def test_a_models_own_temperature_replaces_the_global_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model's own temperature wins over llm.temperature; the packaged config sets none (the
+    embedded model at 0.2 repeated one failing call until its steps ran out)."""
+    from fabric.config.schema import LLMSettings
+    from fabric.infrastructure.llm.backends import Backends
+
+    monkeypatch.chdir(tmp_path)  # no ./fabric.yaml here: the packaged default
+    packaged = Backends(load_config().config.llm)
+    assert packaged.temperature("qwen2.5-coder-1.5b-instruct-q4_k_m") is None
+    own = LLMSettings.model_validate(
+        {"temperature": 0.7, "model_options": {"small": {"temperature": 0.0}}}
+    )
+    assert Backends(own).temperature("small") == 0.0  # 0 is a setting, not "unset"
+    assert Backends(own).temperature("other") == 0.7

@@ -140,3 +140,29 @@ def test_command_checks_keep_the_exit_code_and_the_end_of_the_output(folder: Pat
     assert not results[3].passed and results[3].evidence.startswith("killed after 1s timeout")
     assert not results[4].passed and "could not run: program 'nothere'" in results[4].evidence
     assert ("python -V", 5.0) in commands.asked
+
+
+def test_files_are_judged_as_the_run_left_them_before_any_check_command_runs(
+    folder: Path,
+) -> None:
+    """A check command runs the workspace's code (its conftest.py, say), which could rewrite
+    a file that a later file check reads: files are read first, results keep suite order."""
+
+    class Rewriting(_Commands):
+        async def run(
+            self, folder: Path, pack: str, command: str, timeout: float
+        ) -> CommandOutcome:
+            (folder / "pkg" / "a.py").write_text("def last_items(items, n):\n    return []\n")
+            return CommandOutcome(0, "1 passed")
+
+    checks = [
+        RunCheck(run="pytest -q"),
+        FileCheck(file="pkg/a.py", contains="items[-n:]"),
+        PayloadCheck(payload="summary", contains="fixed"),
+    ]
+    results = asyncio.run(
+        run_checks(checks, folder=folder, pack="p", payload={"summary": "fixed"},
+                   workspaces=AttemptFolders(), commands=Rewriting({}))
+    )  # fmt: skip
+    assert [r.kind for r in results] == ["run", "file", "payload"]
+    assert all(r.passed for r in results)  # the file as the run left it, not as rewritten

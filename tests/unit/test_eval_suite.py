@@ -141,6 +141,23 @@ def test_suite_level_mistakes(suite: Path, tmp_path: Path) -> None:
     assert "holds no suite.yaml" in _error(tmp_path)
 
 
+def test_a_suite_copies_only_its_own_files_and_builds_no_pack(suite: Path, tmp_path: Path) -> None:
+    """A suite from elsewhere must not hand the model the user's other files, nor run code
+    of its own choosing in fabric's process."""
+    (tmp_path / "home" / ".ssh").mkdir(parents=True)
+    write(suite, CASE_B.replace("../ws", "../../home/.ssh"), "cases/b.yaml")
+    assert "workspace: " in _error(suite) and "is outside the suite's folder" in _error(suite)
+    (suite / "linked").symlink_to(tmp_path / "home")
+    write(suite, CASE_B.replace("../ws", "../linked"), "cases/b.yaml")
+    assert "is outside the suite's folder" in _error(suite)
+    write(suite, CASE_B, "cases/b.yaml")
+    write(suite, SUITE + "services:\n  web: {pages: ../home}\n", "suite.yaml")
+    assert "services.web.pages: " in _error(suite) and "outside the suite's folder" in _error(suite)
+    builder = "pack_settings:\n  engineering: {builder: 'evil:build'}\n"
+    write(suite, SUITE + builder, "suite.yaml")
+    assert "pack_settings.engineering.builder: a suite may not change the code" in _error(suite)
+
+
 def test_a_single_file_suite(tmp_path: Path) -> None:
     path = write(tmp_path, SUITE, "one.yaml")
     loaded = load_suite(path)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support import assert_valid_runlog, kinds
 
 from fabric.application.context import ToolContext
@@ -19,11 +20,12 @@ from fabric.application.execute_task import execute_task
 from fabric.application.pack import Pack
 from fabric.application.replay import replay
 from fabric.application.resume import plan_resume, resume_task
-from fabric.application.verify import RunRecord, Verdict
-from fabric.config.schema import Limits
+from fabric.application.verify import RunRecord, ToolUse, Verdict
+from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunResult, RunStatus
 from fabric.infrastructure.tools.function_tool import FunctionTool
+from fabric.infrastructure.tools.html_text import html_to_text
 from fabric.infrastructure.tools.verifiers import CitationVerifier
 from fabric.testing import MemoryRunLog, ScriptedChatClient, tool_call
 
@@ -235,6 +237,9 @@ def fetch_url(url: str) -> str:
         "# Tides\nThe **harbour** closes at “dusk” on Sundays.\n"
         "Removed `acquire()`, kept `idle_timeout`.",
         "https://example.org/old": "URL: https://example.org/new\nStatus: 200\n\nMoved here.",
+        "https://example.org/tides": "URL: https://example.org/tides\nStatus: 200\n\n"
+        "High tide on 9 February 2021 was at 06:40, at 3.2 m. The gauge has logged "
+        "26,212,352 readings since 1998.",
     }
     return pages[url]
 
@@ -296,6 +301,167 @@ def test_an_answer_without_citations_has_nothing_to_check(workspace: Path) -> No
     result, log = research(workspace, [cite()])
     assert result.status is RunStatus.COMPLETED
     assert next(e for e in log.events if e["kind"] == "verification")["skipped"] is True
+
+
+# --- grounding: the figures an answer states must be in its quotes ---------------------------
+
+SUITE = Path(__file__).resolve().parents[2] / "evals" / "research"
+SITE = "http://127.0.0.1:8765"
+UNQUOTED = (
+    '- "{}" (in the answer) is in none of the quotes: quote the sentence of the page that '
+    "states it, or leave it out"
+)
+
+
+def fetched(*paths: str) -> RunRecord:
+    """The suite's pages as fetch_url returns them (same Markdown), as if read in this run."""
+    uses = []
+    for path in paths:
+        url = f"{SITE}/{path}"
+        text = html_to_text((SUITE / "pages" / path).read_text("utf-8"), url)
+        uses.append(ToolUse("fetch_url", {"url": url}, True, f"URL: {url}\nStatus: 200\n\n{text}"))
+    return RunRecord(uses)
+
+
+def ground(
+    answer: str, *citations: tuple[str, str], task: str = "", verifier: Any = None
+) -> Verdict | None:
+    """The research check's verdict on ``answer`` citing suite pages (path, quote)."""
+    record = fetched(*sorted({path for path, _ in citations}))
+    record.task = task
+    payload = {
+        "answer": answer,
+        "citations": [{"url": f"{SITE}/{path}", "quote": q} for path, q in citations],
+    }
+    ctx = ToolContext("r", SUITE, SandboxSettings(network=True))
+    return asyncio.run((verifier or CitationVerifier()).verify(payload, ctx, record))
+
+
+def task_of(case: str) -> str:
+    return str(yaml.safe_load((SUITE / "cases" / f"{case}.yaml").read_text("utf-8"))["task"])
+
+
+def test_the_false_success_of_quillscript_match_blocks_is_refused() -> None:
+    """docs/evals.md, the research pack's first run: the wrong release and date, 'backed' by
+    the page's opening sentence, which states neither."""
+    verdict = ground(
+        "The oldest Quillscript version they run on is 1.0, which was released on March 14, 2017.",
+        (
+            "quillscript/releases.html",
+            "Every release of Quillscript since the first public one. Dates are the day the "
+            "release was tagged.",
+        ),
+        task=task_of("quillscript-match-blocks"),
+    )
+    assert verdict is not None and not verdict.ok
+    assert verdict.summary == "2 of the answer's 2 figure(s) are in none of the quotes"
+    assert UNQUOTED.format("1.0") in verdict.evidence.splitlines()
+    assert UNQUOTED.format("March 14, 2017") in verdict.evidence.splitlines()
+    assert verdict.detail == {"unquoted": ["1.0", "March 14, 2017"]}
+
+
+def test_the_false_success_of_tidepool_acquire_removed_is_refused() -> None:
+    """The same run: version 1.1 stated, three real lines of the pages quoted, none saying
+    it. The 1.2 the answer repeats comes from the question and needs no quote."""
+    verdict = ground(
+        "The old service of ours calls `pool.acquire()` and crashes after we moved it to "
+        "tidepool 1.2. The replacement should be `pool.lease()` and the version in which "
+        "acquire() stopped working was 1.1.",
+        ("tidepool/changelog.html", "New: pool.stats() reports open, idle and leased connections."),
+        ("tidepool/api.html", "Pool(dsn, max_size=10, max_idle=4, idle_timeout=300.0)"),
+        ("tidepool/api.html", "pool.lease()"),
+        task=task_of("tidepool-acquire-removed"),
+    )
+    assert verdict is not None and not verdict.ok
+    assert verdict.summary == "1 of the answer's 2 figure(s) is in none of the quotes"
+    assert verdict.evidence.splitlines()[0] == UNQUOTED.format("1.1")
+    assert "1.2" not in verdict.evidence
+
+
+def test_the_right_answers_pass_with_the_quote_that_states_them() -> None:
+    verdict = ground(
+        "acquire() was removed in tidepool 1.0 (2023-04-02): call pool.lease() instead.",
+        ("tidepool/changelog.html", "1.0 (2023-04-02) ... Removed `acquire()`"),
+    )
+    assert verdict is not None and verdict.ok, verdict
+    assert (
+        verdict.summary
+        == "all 1 citation(s) were read and quoted; they hold the answer's 2 figure(s)"
+    )
+
+
+@pytest.mark.parametrize(
+    "date", ["9 February 2021", "February 9, 2021", "9th Feb 2021", "2021-02-09", "Feb 2021"]
+)
+def test_a_date_is_backed_by_the_same_date_spelled_another_way(date: str) -> None:
+    verdict = ground(
+        f"Match blocks came with Quillscript 2.4, released {date}.",
+        ("quillscript/releases.html", "| 2.4 | 9 February 2021 | Match blocks"),
+    )
+    assert verdict is not None and verdict.ok, verdict
+
+
+def test_a_different_date_or_version_is_not_backed() -> None:
+    verdict = ground(
+        "Match blocks came with Quillscript 2.4.0 on 9 February 2020, in March 2021.",
+        ("quillscript/releases.html", "| 2.4 | 9 February 2021 | Match blocks"),
+    )
+    assert verdict is not None and not verdict.ok
+    assert verdict.detail == {"unquoted": ["2.4.0", "9 February 2020", "March 2021"]}
+
+
+def test_numbers_the_question_states_need_no_quote() -> None:
+    answer = "After your move to tidepool 1.2, call pool.lease(): acquire() was removed in 1.0."
+    quote = ("tidepool/changelog.html", "1.0 (2023-04-02) ... Removed `acquire()`")
+    asked = ground(answer, quote, task=task_of("tidepool-acquire-removed"))
+    assert asked is not None and asked.ok, asked
+    not_asked = ground(answer, quote, task="What should a tidepool user call instead of acquire()?")
+    assert not_asked is not None and not_asked.detail == {"unquoted": ["1.2"]}
+
+
+def test_an_answer_that_states_figures_and_cites_nothing_is_refused() -> None:
+    verdict = ground("The default idle_timeout is 300 seconds.")
+    assert verdict is not None and not verdict.ok
+    assert verdict.summary == "the answer states 1 figure(s) and cites no page that holds them"
+    assert UNQUOTED.format("300") in verdict.evidence
+    assert ground("I could not find it: no page says.") is None
+
+
+def test_grounding_can_be_turned_off() -> None:
+    verifier = CitationVerifier(grounded=False)
+    assert "figure" not in verifier.name
+    verdict = ground(
+        "Removed in 1.1.", ("tidepool/changelog.html", "Removed `acquire()`"), verifier=verifier
+    )
+    assert verdict is not None and verdict.ok
+
+
+def test_a_model_told_which_figure_is_unquoted_can_fix_its_answer(workspace: Path) -> None:
+    page = "https://example.org/tides"
+
+    def answer(text: str, quote: str) -> Any:
+        return tool_call("finish_task", answer=text, citations=[{"url": page, "quote": quote}])
+
+    script = [
+        tool_call("fetch_url", url=page),
+        answer("High tide was 3.4 m, at 06:40.", "High tide on 9 February 2021 was at 06:40"),
+        answer(
+            "High tide on 9 Feb 2021 was 3.2 m, at 6:40; the gauge has 26 212 352 readings.",
+            "High tide on 9 February 2021 was at 06:40, at 3.2 m. The gauge has logged "
+            "26,212,352 readings",
+        ),
+    ]
+    p = dataclasses.replace(
+        pack(CitationVerifier(), tools=(FunctionTool(fetch_url),)),
+        finish_schema={"type": "object"},
+    )
+    result, log, chat = run(p, script, workspace, repairs=1)
+    assert result.status is RunStatus.COMPLETED, result.error
+    shown = [m for m in chat.requests[2][0] if m.get("role") == "tool"][-1]["content"]
+    assert UNQUOTED.format("3.4") in shown and "06:40" not in shown
+    checks = [e for e in log.events if e["kind"] == "verification"]
+    assert [c["ok"] for c in checks] == [False, True]
+    assert checks[0]["unquoted"] == ["3.4"]
 
 
 # --- where a pack's checks come from: fabric.yaml, the task, the recorded run --------------
@@ -434,3 +600,61 @@ def test_a_resumed_run_tells_the_recorded_brief_once(workspace: Path) -> None:
     )  # fmt: skip
     assert result.status is RunStatus.COMPLETED, result.error
     assert "brief" not in kinds(resumed.events)
+
+
+def test_files_the_brief_keeps_are_refused_to_file_tools_recorded_and_kept_on_resume(
+    workspace: Path,
+) -> None:
+    """A brief that keeps the failing test: write_file and edit_file refuse it with the
+    brief's reason, other files are written, the brief event records what is kept, and a
+    resume keeps it too without looking again."""
+    from fabric.application.pack import Briefing
+    from fabric.infrastructure.tools.library import library_tools
+
+    (workspace / "tests").mkdir()
+    (workspace / "tests" / "test_a.py").write_text("def test_x():\n    assert False\n")
+
+    async def brief(ctx: ToolContext) -> Briefing:
+        return Briefing("Tests fail.", ("tests/test_a.py",), "it is a failing test")
+
+    tools = tuple(library_tools("write_file", "edit_file"))
+    briefed = dataclasses.replace(pack(tools=tools), brief=brief)
+    script = [
+        tool_call("write_file", path="tests/test_a.py", content="def test_x():\n    pass\n"),
+        tool_call("edit_file", path="tests/test_a.py", old="assert False", new="assert True"),
+        tool_call("write_file", path="a.py", content="x = 1\n"),
+        tool_call("note", text="paused"),
+        finish(),
+    ]
+    result, log, _ = run(briefed, script, workspace)
+    assert result.status is RunStatus.COMPLETED
+    results = [e for e in log.events if e["kind"] == "tool_result"]
+    for refused in results[:2]:
+        assert not refused["ok"]
+        assert refused["output"].startswith(
+            "error: tests/test_a.py is kept as it is in this run: it is a failing test"
+        )
+    assert results[2]["ok"] and (workspace / "a.py").read_text() == "x = 1\n"
+    assert (workspace / "tests" / "test_a.py").read_text() == "def test_x():\n    assert False\n"
+    (event,) = [e for e in log.events if e["kind"] == "brief"]
+    assert event["keep"] == ["tests/test_a.py"] and event["keep_why"] == "it is a failing test"
+
+    # resumed after step 3: the recorded brief's keep holds for the steps run anew
+    events = [e for e in log.events if e["kind"] != "run_finished" and e.get("step", 0) <= 3]
+    resumed = MemoryRunLog("r1")
+
+    async def never(ctx: ToolContext) -> str:
+        raise AssertionError("a resume must not look again")
+
+    again = [
+        tool_call("edit_file", path="tests/test_a.py", old="assert False", new="assert 1"),
+        finish(),
+    ]
+    outcome = asyncio.run(
+        resume_task(plan_resume(events), pack=dataclasses.replace(briefed, brief=never),
+                    chat=ScriptedChatClient(again), runlog=resumed, workspace=workspace)
+    )  # fmt: skip
+    assert outcome.status is RunStatus.COMPLETED, outcome.error
+    (refused,) = [e for e in resumed.events if e["kind"] == "tool_result" and e["step"] == 4]
+    assert "is kept as it is in this run" in refused["output"]
+    assert (workspace / "tests" / "test_a.py").read_text() == "def test_x():\n    assert False\n"

@@ -30,3 +30,8 @@ class ToolContext:
     """Keeps a text beside the runlog and returns its reference (``RunLog.save_artifact``):
     for a tool that shows the model less than it got (e.g. pytest output cut to the
     failures), so the whole stays on record. None outside a logged run."""
+    kept: tuple[Path, ...] = ()
+    """Workspace files the file tools read but do not change in this run, as the pack's brief
+    asked (``Briefing.keep``: e.g. the tests that failed at the start of a fix); ``kept_why``
+    says why, in the refusal. A guide for the model, not a wall: commands are not bound."""
+    kept_why: str = ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from .approvals import PolicyGate
 from .commands import CommandRunner
 from .context import ToolContext
 from .cost import Prices, RunCost
-from .pack import FINISH_TOOL, Brief, Pack
+from .pack import FINISH_TOOL, Brief, Briefing, Pack
 from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
 from .verify import RunRecord, ToolUse, Verdict, describe
 
@@ -131,15 +132,23 @@ class _Run:
                 self.messages.append(await self._handle(call))
 
     async def _brief(self, brief: Brief) -> str:
-        """The pack's look at the workspace, recorded as the ``brief`` event; its failure is
-        said in the text instead (a run never fails for want of a brief)."""
+        """The pack's look at the workspace, recorded as the ``brief`` event with the files it
+        keeps; its failure is said in the text instead (a run never fails for want of a
+        brief)."""
         started = time.perf_counter()
         try:
-            text = await brief(self.ctx)
+            found = await brief(self.ctx)
         except Exception as exc:  # a pack's own bug: the run goes on without the look
-            text = f"(fabric could not look at the workspace first: {type(exc).__name__}: {exc})"
-        self.log.emit("brief", {"text": text, "duration_ms": _ms(started)})
-        return text
+            found = f"(fabric could not look at the workspace first: {type(exc).__name__}: {exc})"
+        told = found if isinstance(found, Briefing) else Briefing(str(found))
+        event: dict[str, Any] = {"text": told.text, "duration_ms": _ms(started)}
+        if told.keep:
+            event |= {"keep": list(told.keep), "keep_why": told.why}
+            root = self.ctx.workspace.resolve()
+            kept = tuple(root / p for p in told.keep)
+            self.ctx = dataclasses.replace(self.ctx, kept=kept, kept_why=told.why)
+        self.log.emit("brief", event)
+        return told.text
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():

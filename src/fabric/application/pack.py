@@ -17,9 +17,21 @@ from .verify import Verifier
 FINISH_TOOL = "finish_task"
 
 
-Brief = Callable[[ToolContext], Awaitable[str]]
+@dataclass(frozen=True, slots=True)
+class Briefing:
+    """What a brief found: the text told to the model, and workspace files the run's file
+    tools keep as they are (``keep``, workspace-relative; ``why`` is said when a tool is
+    refused one), e.g. the tests that fail at the start of a fix."""
+
+    text: str
+    keep: tuple[str, ...] = ()
+    why: str = ""
+
+
+Brief = Callable[[ToolContext], Awaitable["str | Briefing"]]
 """What the pack tells the model about the workspace before its first step (appended to the
-task); e.g. the files and how the tests fare (``infrastructure/tools/briefs.py``)."""
+task); e.g. the files and how the tests fare (``infrastructure/tools/briefs.py``). A plain
+string is a ``Briefing`` that keeps nothing."""
 
 FinishCheck = Callable[[Mapping[str, Any]], list[str]]
 """The problems with finish_task arguments, each ``path: message``; empty when valid."""

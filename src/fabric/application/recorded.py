@@ -32,7 +32,7 @@ from .divergence import (
     first_difference_in_list,
     plain,
 )
-from .pack import Brief, Pack
+from .pack import Brief, Briefing, Pack
 from .ports import DeltaSink, RunLog, Tool
 from .recording import Recording
 from .verify import RunRecord, Verdict, Verifier
@@ -373,13 +373,16 @@ def missing_checks(recording: Recording, pack: Pack) -> list[str]:
 def recorded_brief(recording: Recording) -> Brief | None:
     """The pack's look at the workspace as the run recorded it (its ``brief`` event), so a
     replay or a resume sends the model the same first message; None when it had none."""
-    text = next(
-        (str(e.get("text", "")) for e in recording.events if e.get("kind") == "brief"), None
-    )
-    if text is None:
+    event = next((e for e in recording.events if e.get("kind") == "brief"), None)
+    if event is None:
         return None
+    told = Briefing(
+        str(event.get("text", "")),
+        tuple(str(p) for p in event.get("keep") or ()),
+        str(event.get("keep_why", "")),
+    )
 
-    async def brief(ctx: ToolContext) -> str:
-        return text
+    async def brief(ctx: ToolContext) -> Briefing:
+        return told
 
     return brief

@@ -128,6 +128,20 @@ def load_suite(path: str | os.PathLike[str]) -> LoadedSuite:
     if suite.services.web is not None:
         pages = _folder(suite_file.parent, suite.services.web.pages, source, "services", "web")
     _check_web_url(suite, resolved, source)
+    root = suite_file.parent.resolve()
+    for case in resolved:
+        if case.workspace is not None:
+            _check_within(root, case.workspace, f"{case.where}: case {case.id!r}: workspace")
+    if pages is not None:
+        _check_within(root, pages, f"{source.where('services', 'web')}: services.web.pages")
+    for name, settings in suite.pack_settings.items():
+        if "builder" in settings:
+            raise ConfigError(
+                f"{source.where('pack_settings', name)}: pack_settings.{name}.builder: a suite "
+                "may not change the code that builds a pack (it would run in fabric's own "
+                "process)",
+                hint="declare the pack in fabric.yaml and pass --config",
+            )
     files = [src.path for _, src, _ in cases]
     folders = [c.workspace for c in resolved if c.workspace] + ([pages] if pages else [])
     return LoadedSuite(
@@ -210,6 +224,17 @@ def _folder(base: Path, name: str, source: _Source, *loc: str | int) -> Path:
             hint="paths are relative to the file that names them",
         )
     return folder
+
+
+def _check_within(root: Path, folder: Path, what: str) -> None:
+    """Attempts copy a suite's own files only: a workspace or pages folder that leads out of
+    the suite's folder (``../../home``, or a link out) could hand the model files the user
+    never meant to share."""
+    if folder != root and root not in folder.parents:
+        raise ConfigError(
+            f"{what}: {folder} is outside the suite's folder {root}",
+            hint="keep workspace templates and pages inside the suite's folder",
+        )
 
 
 def _check_unique(cases: Sequence[EvalCase]) -> None:

@@ -86,6 +86,13 @@ class ModelOptions(_Strict):
         ge=256,
         description="Context window to ask Ollama for (default: the model's own, up to 32768).",
     )
+    temperature: float | None = Field(
+        None,
+        ge=0,
+        le=2,
+        description="Sampling temperature for this model; replaces llm.temperature (a small "
+        "model calls tools more reliably when it samples less). Unset: llm.temperature.",
+    )
     max_tokens: int | None = Field(
         None,
         ge=1,

@@ -438,6 +438,7 @@ class Runner:
             "sampling": {"temperature": self.loaded.config.llm.temperature},
         }
         if resolution is not None:
+            meta["sampling"] = {"temperature": self.backends.temperature(resolution.model)}
             settings = self.backends.settings(resolution.backend)
             url = base_url_of(settings)
             meta["backend"] = {

@@ -31,17 +31,20 @@ async def run_checks(
     workspaces: Workspaces,
     commands: CheckCommands,
 ) -> tuple[CheckResult, ...]:
-    """Every check, in order (all of them, so the evidence is complete)."""
-    results = []
-    for check in checks:
-        if isinstance(check, RunCheck):
-            results.append(await _run(check, folder, pack, commands))
-        elif isinstance(check, FileCheck):
+    """Every check (all of them, so the evidence is complete), reported in the suite's
+    order. Files are judged before any command runs: a check command runs the workspace's
+    own code (a conftest.py, say), which could otherwise rewrite what a file check reads."""
+    results: dict[int, CheckResult] = {}
+    for index, check in enumerate(checks):
+        if isinstance(check, FileCheck):
             read = await asyncio.to_thread(workspaces.read, folder, check.file)
-            results.append(file_check(check, read.data, read.problem))
-        else:
-            results.append(payload_check(check, payload))
-    return tuple(results)
+            results[index] = file_check(check, read.data, read.problem)
+        elif isinstance(check, PayloadCheck):
+            results[index] = payload_check(check, payload)
+    for index, check in enumerate(checks):
+        if isinstance(check, RunCheck):
+            results[index] = await _run(check, folder, pack, commands)
+    return tuple(results[index] for index in range(len(checks)))
 
 
 async def _run(check: RunCheck, folder: Path, pack: str, commands: CheckCommands) -> CheckResult:

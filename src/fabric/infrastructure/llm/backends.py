@@ -86,6 +86,11 @@ class Backends:
     def options(self, model: str) -> ModelOptions:
         return self._llm.model_options.get(model) or ModelOptions()
 
+    def temperature(self, model: str) -> float | None:
+        """The sampling temperature for ``model``: its own option, else ``llm.temperature``."""
+        own = self.options(model).temperature
+        return own if own is not None else self._llm.temperature
+
     def catalog(self, name: str) -> ModelCatalog:
         """What backend ``name`` offers; asking it has the same overall deadline as a model
         request (``llm.timeouts.request``), so a server that trickles its model list cannot
@@ -135,7 +140,7 @@ class Backends:
         """A chat client for ``model`` on backend ``name`` (starting the embedded server)."""
         backend = self.settings(name)
         options = self.options(model)
-        temperature = self._llm.temperature
+        temperature = self.temperature(model)
         if isinstance(backend, OllamaBackend):
             from .ollama import OllamaChatClient
 

@@ -10,14 +10,18 @@ now, trimmed to the failures. The text is appended to the task and recorded in t
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+from pathlib import PurePosixPath
 
 from fabric.application.context import ToolContext
+from fabric.application.pack import Briefing
 from fabric.domain.errors import FabricError
 from fabric.domain.test_output import trim_test_output
 
 from .files import list_files, read_file
 from .verifiers import AUTO_COMMAND, has_pytest_tests, run_command
+from .workspace import Workspace
 
 TEST_TIMEOUT = 60.0
 FAILING_NEXT = (
@@ -30,70 +34,105 @@ _FAILED_IN = re.compile(r"^(?:FAILED|ERROR) ([\w./-]+\.py)(?:::|\s|$)", re.MULTI
 _IMPORTS = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", re.MULTILINE)
 SOURCE_LINES = 120
 """Lines of each module under test shown in the brief (a window; read_file shows the rest)."""
+MAX_MODULES = 3
+_MAX_SOURCE_BYTES = 400_000
+KEPT_NOTE = (
+    "The failing tests ({tests}) are kept as they are in this run: edit_file and write_file "
+    "will not change them."
+)
+KEPT_WHY = (
+    "it is a test that failed when the run started, and the failing tests say what the code "
+    "must do. Change the code they test ({code}) instead"
+)
 
 
 class WorkspaceBrief:
     """The workspace's files (up to ``max_files``) and, when it has pytest tests, their
-    outcome now (failures trimmed to ``test_chars``)."""
+    outcome now (failures trimmed to ``test_chars``), with the code the failing tests
+    exercise. With ``keep_failing_tests`` the test files that fail are kept as they are for
+    the run (``Briefing.keep``): a small model otherwise "fixes" the test."""
 
-    def __init__(self, max_files: int = 60, test_chars: int = 1_500) -> None:
+    def __init__(
+        self, max_files: int = 60, test_chars: int = 1_500, *, keep_failing_tests: bool = False
+    ) -> None:
         self.max_files, self.test_chars = max_files, test_chars
+        self.keep_failing_tests = keep_failing_tests
 
-    async def __call__(self, ctx: ToolContext) -> str:
+    async def __call__(self, ctx: ToolContext) -> Briefing:
         files = await asyncio.to_thread(list_files, ctx, ".", True, self.max_files)
         parts = [f"Files in the workspace (paths relative to its root):\n{files}"]
         tests = await self._tests(ctx)
-        if tests:
-            parts.append(tests)
-        return "Before you start, fabric looked at the workspace.\n\n" + "\n\n".join(parts)
+        if tests.text:
+            parts.append(tests.text)
+        text = "Before you start, fabric looked at the workspace.\n\n" + "\n\n".join(parts)
+        return Briefing(text, tests.keep, tests.why)
 
-    async def _tests(self, ctx: ToolContext) -> str:
+    async def _tests(self, ctx: ToolContext) -> Briefing:
         if ctx.commands is None or not await asyncio.to_thread(has_pytest_tests, ctx.workspace):
-            return ""
+            return Briefing("")
         timeout = min(ctx.sandbox.command_timeout, TEST_TIMEOUT)
         try:
             outcome = await run_command(ctx, AUTO_COMMAND, timeout)
         except FabricError as exc:
-            return f"The tests could not be run: {exc.message}"
+            return Briefing(f"The tests could not be run: {exc.message}")
         if outcome.stopped:
-            return f"The tests did not finish: {outcome.stopped}."
+            return Briefing(f"The tests did not finish: {outcome.stopped}.")
         summary = trim_test_output(outcome.output, self.test_chars).strip()
         if outcome.exit_code == 0:
             last = summary.splitlines()[-1] if summary else ""
-            return f"The tests pass now (`{AUTO_COMMAND}`): {last}"
-        code = await self._code_under_test(ctx, outcome.output)
-        return (
+            return Briefing(f"The tests pass now (`{AUTO_COMMAND}`): {last}")
+        failing = [t for t in dict.fromkeys(_FAILED_IN.findall(outcome.output)) if _inside(t)]
+        modules = await _code_under_test(ctx, failing)
+        code = "".join(f"\n\n{module}:\n{text}" for module, text in modules)
+        text = (
             f"The tests fail now (`{AUTO_COMMAND}` exited with code {outcome.exit_code}):\n"
-            f"{summary}\n\n{FAILING_NEXT}{code}"
+            f"{summary}\n\n{FAILING_NEXT}"
+        )
+        if not self.keep_failing_tests or not failing:
+            return Briefing(text + code)
+        under_test = ", ".join(m for m, _ in modules) or "the source files"
+        kept = ", ".join(failing)
+        return Briefing(
+            f"{text}\n{KEPT_NOTE.format(tests=kept)}{code}",
+            tuple(failing),
+            KEPT_WHY.format(code=under_test),
         )
 
-    async def _code_under_test(self, ctx: ToolContext, output: str) -> str:
-        """The workspace modules the failing test files import, numbered as read_file shows
-        them (so ``old`` for edit_file can be copied from here)."""
-        shown: list[str] = []
-        for test in dict.fromkeys(_FAILED_IN.findall(output)):
-            for module in await _imported_modules(ctx, test):
-                if module in shown or module == test or len(shown) >= 3:
-                    continue
-                shown.append(module)
-        parts = []
-        for module in shown:
-            try:
-                text = await read_file(ctx, module, 1, SOURCE_LINES)
-            except FabricError:
-                continue
-            parts.append(f"\n\n{module}:\n{text}")
-        return "".join(parts)
+
+def _inside(path: str) -> bool:
+    """A path pytest named that stays inside the workspace (the output is the project's)."""
+    parts = PurePosixPath(path).parts
+    return bool(parts) and not PurePosixPath(path).is_absolute() and ".." not in parts
 
 
-async def _imported_modules(ctx: ToolContext, test: str) -> list[str]:
-    """Workspace files a test file imports (``from shop.cart import x`` -> shop/cart.py or
+async def _code_under_test(ctx: ToolContext, failing: list[str]) -> list[tuple[str, str]]:
+    """The workspace modules the failing test files import and, after them, the modules
+    those import, numbered as read_file shows them (so ``old`` for edit_file can be copied
+    from here); at most ``MAX_MODULES``."""
+    shown: list[str] = []
+    for source in (failing, shown):  # the tests' imports, then the imports of those modules
+        for importer in list(source):
+            for module in await asyncio.to_thread(_imported_modules, ctx, importer):
+                if module not in shown and module not in failing and len(shown) < MAX_MODULES:
+                    shown.append(module)
+    found = []
+    for module in shown:
+        try:
+            found.append((module, await read_file(ctx, module, 1, SOURCE_LINES)))
+        except FabricError:
+            continue
+    return found
+
+
+def _imported_modules(ctx: ToolContext, importer: str) -> list[str]:
+    """Workspace files a Python file imports (``from shop.cart import x`` -> shop/cart.py or
     shop/cart/__init__.py), read through the workspace's confined reader."""
     try:
-        source = await read_file(ctx, test, 1, 400)
-    except FabricError:
+        with Workspace(ctx) as ws, ws.open(importer) as opened:
+            data = os.pread(opened.fd, _MAX_SOURCE_BYTES, 0)
+    except (FabricError, OSError):
         return []
-    text = "\n".join(line.split("| ", 1)[-1] for line in source.splitlines())
+    text = data.decode("utf-8", errors="replace")
     found = []
     for dotted in (a or b for a, b in _IMPORTS.findall(text)):
         if dotted.split(".")[0] in ("pytest", "unittest", "__future__"):

@@ -16,13 +16,16 @@ import os
 import stat
 
 from fabric.application.context import ToolContext
-from fabric.domain.errors import ToolError
+from fabric.domain.errors import FabricError, ToolError
 
 from .near_paths import open_existing
-from .snippets import replace_snippet
+from .snippets import SnippetNotFound, replace_snippet, without_numbers
+from .walk import walk
 from .workspace import Workspace
 
 _MAX_EDIT_BYTES = 4_000_000
+_HOLDERS_SHOWN = 3
+_HOLDERS_LOOKED_AT = 2_000
 _BOMS = (
     (codecs.BOM_UTF8, "utf-8"),
     (codecs.BOM_UTF16_LE, "utf-16-le"),
@@ -32,10 +35,9 @@ _BOMS = (
 
 def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool = False) -> str:
     """Change part of an existing file: replace the exact text `old` with `new`. The rest of
-    the file stays as it is. Copy `old` from read_file's output WITHOUT the line numbers
-    ("  12| " is not part of the file), with its exact indentation, and include enough lines
-    that it appears only once. Example: edit_file(path="src/calc.py",
-    old="    return a - b", new="    return a + b").
+    the file stays as it is. Copy `old` from the file as read_file shows it,
+    WITHOUT the line numbers ("  12| " is not part of the file), with its exact indentation,
+    and include enough lines that it appears only once.
 
     Args:
         path: File path relative to the workspace root, e.g. 'src/calc.py'.
@@ -60,7 +62,17 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
         except OSError as exc:
             raise ToolError(f"cannot read {path!r}: {exc.strerror or exc}") from None
         bom, encoding, text = _decode(data, rel)
-        edited = replace_snippet(text, old, new, replace_all=replace_all, path=rel)
+        try:
+            edited = replace_snippet(text, old, new, replace_all=replace_all, path=rel)
+        except SnippetNotFound:
+            holders = _holders(ws, old, rel)
+            if not holders:
+                raise
+            shown = ", ".join(f"{p} (line {n})" for p, n in holders)
+            raise ToolError(
+                f"old was not found in {rel}, but it is in {shown}",
+                hint=f"if that is the file to change, call edit_file with path={holders[0][0]!r}",
+            ) from None
         try:
             encoded = bom + edited.text.encode(encoding)
         except UnicodeEncodeError:
@@ -86,6 +98,37 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
     what = f"replaced {count} places" if count > 1 else "replaced 1 place"
     notes = f" ({edited.note})" if edited.note else ""
     return f"{note}edited {rel}: {what}{notes}. Now:\n{edited.view()}"
+
+
+def _holders(ws: Workspace, old: str, rel: str) -> list[tuple[str, int]]:
+    """Other workspace files that hold ``old`` exactly (line-number prefixes and surrounding
+    blank lines aside), with the line it starts on: a small model often names the test file
+    while copying the code under test. At most ``_HOLDERS_SHOWN``; big and binary files and
+    files beyond ``_HOLDERS_LOOKED_AT`` are not looked at."""
+    wanted = (without_numbers(old) or old).replace("\r\n", "\n").strip("\n")
+    if not wanted.strip():
+        return []
+    found: list[tuple[str, int]] = []
+    with ws.open(".") as root:
+        for looked, path in enumerate(walk(ws, root, True, files_only=True)):
+            if looked >= _HOLDERS_LOOKED_AT or len(found) >= _HOLDERS_SHOWN:
+                break
+            if path == rel:
+                continue
+            try:
+                with ws.open(path) as file:
+                    if not stat.S_ISREG(file.info.st_mode) or file.info.st_size > _MAX_EDIT_BYTES:
+                        continue
+                    data = os.pread(file.fd, _MAX_EDIT_BYTES, 0)
+            except (FabricError, OSError):
+                continue
+            if b"\x00" in data:
+                continue
+            text = data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+            at = text.find(wanted)
+            if at >= 0:
+                found.append((path, text.count("\n", 0, at) + 1))
+    return found
 
 
 def _read_all(fd: int) -> bytes:

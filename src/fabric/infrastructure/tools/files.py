@@ -35,6 +35,10 @@ _SEARCH_SECONDS = 10
 _INLINE_READ_BYTES = 1_000_000
 _MAX_LINE = 400
 
+MIN_READ_LINES = 40
+"""The narrowest window read_file shows: small models ask for two lines at a time and spend
+their steps paging."""
+
 
 def _is_binary(fd: int) -> bool:
     return b"\x00" in os.pread(fd, 8192, 0)
@@ -51,7 +55,8 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines:
     Args:
         path: File path relative to the workspace root.
         start_line: First line to return (1-based).
-        max_lines: How many lines to return at most.
+        max_lines: How many lines to return at most (at least 40 are shown, where the file
+            has them: a narrower window rarely shows enough to act on).
     """
     try:
         with Workspace(ctx) as ws, open_existing(ws, ctx, path, "read_file") as (file, note):
@@ -65,7 +70,7 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines:
 
 
 def _read_window(file: Opened, path: str, start_line: int, max_lines: int) -> str:
-    first, count = max(start_line, 1), max(max_lines, 1)
+    first, count = max(start_line, 1), max(max_lines, MIN_READ_LINES)
     large = file.info.st_size > _COUNT_LINES_UP_TO
     chosen: list[str] = []
     chars = total = cut = 0

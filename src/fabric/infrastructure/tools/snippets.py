@@ -25,6 +25,15 @@ _REGIONS_SHOWN = 3
 _NEAREST_MAX_LINES = 20_000
 _NEAREST_MAX_SNIPPET = 300
 _SIMILAR_ENOUGH = 0.5
+
+
+class SnippetNotFound(ToolError):
+    """``old`` is nowhere in the file, not even at another indentation (a plain tool error
+    to the model; edit_file then looks for it in other files)."""
+
+    CODE = "tool_error"
+
+
 _COPY_EXACTLY = (
     "copy old exactly from read_file's output, without the line-number prefixes ('  12| '), "
     "or read the file again first"
@@ -107,13 +116,13 @@ def _candidates(old: str, new: str, style: str) -> Iterator[tuple[str, str, str]
     """Spellings of ``old`` to look for, each with its ``new`` and a note: in the file's
     newline style, as given, and without read_file's line-number prefixes."""
     seen: set[str] = set()
-    numbered = _without_numbers(old)
+    numbered = without_numbers(old)
     for candidate, replacement, note in (
         (_restyled(old, style), _restyled(new, style), ""),
         (old, _restyled(new, style), ""),
         (
             _restyled(numbered or "", style),
-            _restyled(_without_numbers(new) or new, style),
+            _restyled(without_numbers(new) or new, style),
             "the line-number prefixes ('  12| ') read_file shows were taken out of old and new; "
             "leave them out next time",
         ),
@@ -126,25 +135,17 @@ def _candidates(old: str, new: str, style: str) -> Iterator[tuple[str, str, str]
 def _fuzzy(text: str, old: str, new: str, style: str, *, replace_all: bool, path: str) -> Edited:
     """No exact match: the same lines with other trailing spaces are replaced; for anything
     else the error shows the closest lines of the file."""
-    old_text = _without_numbers(old)
+    old_text = without_numbers(old)
     if old_text is None:
         old_text = old
     else:
-        new = _without_numbers(new) or new
+        new = without_numbers(new) or new
     wanted = split_lines(_restyled(old_text, "\n"))
     lines = split_lines(text)
     same = _line_matches(lines, wanted, str.rstrip)
     if len(same) == 1 or (same and replace_all):
-        replacement = _restyled(new, style)
-        if old_text.endswith(("\n", "\r")) and replacement.endswith(style):
-            replacement = replacement[: -len(style)]  # the span ends before the line end
-        spans = _line_spans(text)
-        starts: list[int] = []
-        for i in same:  # windows that overlap an earlier one are left alone
-            if not starts or i >= starts[-1] + len(wanted):
-                starts.append(i)
-        chosen = [(spans[i][0], spans[i + len(wanted) - 1][1]) for i in starts]
-        return _replaced(text, chosen, replacement, "old matched once trailing spaces were ignored")
+        note = "old matched once trailing spaces were ignored"
+        return _replace_lines(text, same, len(wanted), old_text, new, style, note)
     new_text = _restyled(new, style)
     if new_text.strip() and new_text in text:
         at = _line_at(text, text.index(new_text))
@@ -154,6 +155,11 @@ def _fuzzy(text: str, old: str, new: str, style: str, *, replace_all: bool, path
             hint="read the file to check, then go on with the next step",
         )
     loose = _line_matches(lines, wanted, str.strip)
+    if len(loose) == 1:
+        shifted = _shifted(lines[loose[0] : loose[0] + len(wanted)], wanted, new)
+        if shifted is not None:
+            note = "old matched at another indentation; new was indented to match"
+            return _replace_lines(text, loose, len(wanted), old_text, shifted, style, note)
     if loose:
         first = loose[0]
         shown = number_lines(lines[first : first + len(wanted)], first + 1).rstrip("\n")
@@ -166,14 +172,67 @@ def _fuzzy(text: str, old: str, new: str, style: str, *, replace_all: bool, path
         )
     nearest = _nearest(lines, wanted)
     if nearest is None:
-        raise ToolError(f"old was not found in {path}", hint=_COPY_EXACTLY)
+        raise SnippetNotFound(f"old was not found in {path}", hint=_COPY_EXACTLY)
     first, size, ratio = nearest
     shown = number_lines(lines[first : first + size], first + 1).rstrip("\n")
-    raise ToolError(
+    raise SnippetNotFound(
         f"old was not found in {path}. The most similar part of the file is lines "
         f"{first + 1}-{first + size} ({ratio:.0%} alike):\n{shown}",
         hint=_COPY_EXACTLY,
     )
+
+
+def _replace_lines(
+    text: str, found: list[int], size: int, old: str, new: str, style: str, note: str
+) -> Edited:
+    """``text`` with the ``size`` whole lines starting at each index in ``found`` replaced by
+    ``new`` (windows that overlap an earlier one are left alone)."""
+    replacement = _restyled(new, style)
+    if old.endswith(("\n", "\r")) and replacement.endswith(style):
+        replacement = replacement[: -len(style)]  # the span ends before the line end
+    spans = _line_spans(text)
+    starts: list[int] = []
+    for i in found:
+        if not starts or i >= starts[-1] + size:
+            starts.append(i)
+    chosen = [(spans[i][0], spans[i + size - 1][1]) for i in starts]
+    return _replaced(text, chosen, replacement, note)
+
+
+def _shifted(have: list[str], wanted: list[str], new: str) -> str | None:
+    """``new`` moved by the one indentation change that turns ``wanted`` into the file's
+    lines ``have`` (the same text at another depth), or None when the lines do not differ by
+    one consistent change or ``new`` cannot take it."""
+    shift: tuple[str, str] | None = None  # (indentation to add, indentation to take off)
+    for line, want in zip(have, wanted, strict=True):
+        if not want.strip():
+            continue
+        ours, theirs = _indent(line), _indent(want)
+        if ours.endswith(theirs):
+            change = (ours[: len(ours) - len(theirs)], "")
+        elif theirs.endswith(ours):
+            change = ("", theirs[: len(theirs) - len(ours)])
+        else:
+            return None
+        if shift is not None and change != shift:
+            return None
+        shift = change
+    if shift is None:
+        return None
+    add, drop = shift
+    moved = []
+    for line in new.splitlines(keepends=True):
+        if not line.strip():
+            moved.append(line)
+        elif line.startswith(drop):
+            moved.append(add + line[len(drop) :])
+        else:
+            return None  # new is less indented than the shift takes off: unclear, say so
+    return "".join(moved)
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
 
 
 def _replaced(text: str, spans: list[tuple[int, int]], replacement: str, note: str) -> Edited:
@@ -245,7 +304,7 @@ def _nearest(lines: list[str], wanted: list[str]) -> tuple[int, int, float] | No
     return best
 
 
-def _without_numbers(snippet: str) -> str | None:
+def without_numbers(snippet: str) -> str | None:
     """``snippet`` without read_file's ``  12| `` prefixes, if every non-blank line has one."""
     lines = snippet.splitlines(keepends=True)
     if not any(_NUMBERED.match(line) for line in lines):

@@ -56,6 +56,7 @@ class Workspace:
             os.close(self.fd)
             raise ToolError(f"cannot tell where the workspace is (/proc): {exc}") from None
         self.protected, self.read_only = ctx.protected, ctx.read_only
+        self.kept, self.kept_why = ctx.kept, ctx.kept_why
 
     def __enter__(self) -> Workspace:
         return self
@@ -145,6 +146,11 @@ class Workspace:
         target = folder / name if name != "." else folder
         check_unprotected(target, self.protected)
         refuse_write(path, target, self.root, self.read_only)
+        if target in self.kept:
+            raise ToolError(
+                f"{self.display(target)} is kept as it is in this run: {self.kept_why}",
+                hint="change other files; the pack's settings say when files are kept",
+            )
 
 
 def relative_path(path: str) -> str:
