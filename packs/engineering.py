@@ -87,6 +87,12 @@ class EngineeringSettings(PackSettings):
         description="Before the first step, tell the model the workspace's files and how its "
         "tests fare (one confined pytest run, at most 60 s); small models need it most.",
     )
+    write_replaces_files: bool = Field(
+        False,
+        description="Whether write_file may replace an existing file. Off: it only creates "
+        "files, and an existing one is changed with edit_file (small models write one line "
+        "over a whole file and lose the rest).",
+    )
     keep_failing_tests: bool = Field(
         True,
         description="When the brief finds failing tests, edit_file and write_file leave those "
@@ -103,7 +109,13 @@ def build(settings: EngineeringSettings) -> Pack:
         description=settings.description,
         system_prompt=settings.system_prompt,
         tools=library_tools(
-            "read_file", "edit_file", "write_file", "list_files", "search_files", "shell"
+            "read_file",
+            "edit_file",
+            "write_file",
+            "list_files",
+            "search_files",
+            "shell",
+            bind={"replace_files": settings.write_replaces_files},
         ),
         finish_schema=json_schema_of(EngineeringResult),
         finish_model=EngineeringResult,

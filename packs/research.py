@@ -60,5 +60,6 @@ def build(settings: ResearchSettings) -> Pack:
         finish_model=ResearchResult,
         finish_description="Finish with the answer and its citations (url and exact quote).",
         sandbox=settings.sandbox,
-        verifiers=(CitationVerifier("citations", fetch_tool="fetch_url"),),
+        # the cited pages were read and hold the quotes, and the quotes hold the answer's figures
+        verifiers=(CitationVerifier("citations", fetch_tool="fetch_url", answer_field="answer"),),
     )

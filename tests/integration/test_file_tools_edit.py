@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 
@@ -18,6 +18,7 @@ from fabric.domain.errors import SandboxError, ToolError
 from fabric.infrastructure.tools import beneath
 from fabric.infrastructure.tools.edit import edit_file
 from fabric.infrastructure.tools.files import list_files, read_file, write_file
+from fabric.infrastructure.tools.function_tool import PACK_SETTING, FunctionTool
 from fabric.infrastructure.tools.library import library_tools
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -353,3 +354,37 @@ def test_edit_file_is_a_library_tool_with_a_small_model_description(
     assert result.startswith("edited src/calc.py")
     assert calc.read_text().startswith("def add(a, b):\n    return a + b\n")
     assert os.stat(calc).st_size == len(CALC)
+
+
+def test_a_pack_can_keep_write_file_from_replacing_files(ctx: ToolContext, workspace: Path) -> None:
+    """The engineering pack binds replace_files=False: a small model wrote one line over a
+    whole module. New files, empty files and appends still work; the model's schema is the
+    same as everywhere (the setting is the pack's, never the model's)."""
+    (tool,) = library_tools("write_file", bind={"replace_files": False})
+    (plain,) = library_tools("write_file")
+    assert tool.spec == plain.spec and "replace_files" not in str(tool.spec.parameters)
+    (workspace / "cart.py").write_text("class Cart:\n    pass\n")
+    error = error_of(tool, {"path": "cart.py", "content": "x = 1\n"}, ctx)
+    assert error.message.startswith("cart.py already exists (2 lines): in this pack write_file")
+    assert "change cart.py with edit_file" in error.hint
+    assert (workspace / "cart.py").read_text() == "class Cart:\n    pass\n"
+    assert asyncio.run(tool({"path": "new.py", "content": "y = 2\n"}, ctx)).startswith("wrote")
+    (workspace / "empty.py").write_text("")
+    assert asyncio.run(tool({"path": "empty.py", "content": "z = 3\n"}, ctx)).startswith("wrote")
+    grown = asyncio.run(tool({"path": "cart.py", "content": "# end\n", "append": True}, ctx))
+    assert grown.startswith("appended") and (workspace / "cart.py").read_text().endswith("# end\n")
+    # without the pack's setting write_file replaces, as before
+    assert asyncio.run(plain({"path": "new.py", "content": "w = 4\n"}, ctx)).startswith("wrote")
+
+
+def test_a_pack_setting_needs_a_default() -> None:
+    def tool(ctx: ToolContext, path: str, strict: Annotated[bool, PACK_SETTING]) -> str:
+        """A tool.
+
+        Args:
+            path: A path.
+        """
+        return path
+
+    with pytest.raises(TypeError, match="pack setting strict needs a default"):
+        FunctionTool(tool)

@@ -433,6 +433,7 @@ async def execute_task(
     if chat is None and start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")
     run = _Run(run_id, pack, chat, runlog, limits, ctx, cancel or asyncio.Event())  # type: ignore[arg-type]
+    run.record.task = task
     run.on_delta = on_delta
     run.gate = PolicyGate(
         sandbox.policy, approver=approver, log=runlog, run_id=run_id, cancel=run.cancel

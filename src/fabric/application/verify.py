@@ -31,6 +31,9 @@ class RunRecord:
     """What the run has done so far, as verifiers see it."""
 
     uses: list[ToolUse] = field(default_factory=list)
+    task: str = ""
+    """The task as the user wrote it: what it states is the user's own, not a claim to check
+    (the figures of a question need no quote)."""
 
     def used(self, *names: str) -> bool:
         """Whether the run called one of the tools ``names`` (successfully or not)."""

@@ -13,7 +13,7 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Annotated
 
 if TYPE_CHECKING:
     import regex
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
 
-from .function_tool import runs_inline
+from .function_tool import PACK_SETTING, runs_inline
 from .near_paths import open_existing, writable_path
 from .snippets import number_lines
 from .walk import walk
@@ -120,7 +120,13 @@ def _read_window(file: Opened, path: str, start_line: int, max_lines: int) -> st
 
 
 @runs_inline
-def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) -> str:
+def write_file(
+    ctx: ToolContext,
+    path: str,
+    content: str,
+    append: bool = False,
+    replace_files: Annotated[bool, PACK_SETTING] = True,
+) -> str:
     """Write a text file in the workspace, creating folders as needed.
 
     Args:
@@ -138,6 +144,8 @@ def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) 
     try:
         with Workspace(ctx) as ws:
             path = writable_path(ws, ctx, path)
+            if not append and not replace_files:
+                _refuse_replacing(ws, path)
             unchanged = not append and _holds(ws, path, data)
             with (
                 ws.open_for_writing(path, append=append) as file,
@@ -153,6 +161,27 @@ def write_file(ctx: ToolContext, path: str, content: str, append: bool = False) 
         )
     verb = "appended" if append else "wrote"
     return f"{verb} {len(data)} bytes to {file.rel}"
+
+
+def _refuse_replacing(ws: Workspace, path: str) -> None:
+    """For a pack that only lets write_file create files: refuse an existing, non-empty file
+    (a small model "fixes" a file by writing one line over all of it)."""
+    try:
+        with ws.open(path) as file:
+            if not stat.S_ISREG(file.info.st_mode) or file.info.st_size == 0:
+                return
+            size = f"{file.info.st_size:,} bytes"
+            if file.info.st_size <= _MAX_SEARCH_FILE_BYTES:
+                lines = os.pread(file.fd, _MAX_SEARCH_FILE_BYTES, 0).count(b"\n") or 1
+                size = f"{lines} lines"
+            shown = file.rel
+    except (OSError, SandboxError):
+        return  # not there (or not readable): write_file's own checks decide
+    raise ToolError(
+        f"{shown} already exists ({size}): in this pack write_file only creates new "
+        "files, so that the rest of a file is never lost",
+        hint=f"change {shown} with edit_file: the lines to change in old, their new text in new",
+    )
 
 
 def _holds(ws: Workspace, path: str, data: bytes) -> bool:

@@ -3,7 +3,8 @@
 ``FunctionTool(fn)`` reads ``fn``'s signature and Google-style docstring once, builds a pydantic
 model of its parameters, and from that the JSON Schema the model sees. Calls are validated
 against the same model before ``fn`` runs. The first parameter, if annotated ``ToolContext``,
-receives the run's context and is not shown to the model.
+receives the run's context and is not shown to the model. A parameter annotated
+``Annotated[T, PACK_SETTING]`` is the pack's to set (``bind``), else its default: never shown.
 
     def read_file(ctx: ToolContext, path: str, max_lines: int = 400) -> str:
         '''Read a text file from the workspace.
@@ -21,7 +22,7 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, get_type_hints
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
@@ -31,6 +32,10 @@ from fabric.domain.errors import ToolArgumentError
 from fabric.domain.models import ToolSpec
 
 _INLINE = "__fabric_inline__"
+PACK_SETTING = "fabric:pack-setting"
+"""Marks a tool parameter the model never sees: ``replace: Annotated[bool, PACK_SETTING] =
+True`` takes the pack's ``bind`` value, else its default (e.g. whether write_file may replace
+an existing file)."""
 F = TypeVar("F", bound=Callable[..., Any])
 ToolFunction = Callable[..., Any] | Callable[..., Awaitable[Any]]
 
@@ -79,7 +84,7 @@ class FunctionTool:
         self._is_async = inspect.iscoroutinefunction(fn)
         description, arg_docs = parse_docstring(fn.__doc__)
         try:
-            hints = get_type_hints(fn)
+            hints = get_type_hints(fn, include_extras=True)
         except NameError as exc:
             raise TypeError(
                 f"tool {getattr(fn, '__name__', fn)}: cannot resolve its type hints ({exc}); "
@@ -102,6 +107,12 @@ class FunctionTool:
                 continue
             if bind and param.name in bind:
                 self._bound[param.name] = bind[param.name]
+                continue
+            if _is_pack_setting(annotation):
+                if param.default is param.empty:
+                    raise TypeError(
+                        f"tool {fn.__name__}: pack setting {param.name} needs a default"
+                    )
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"tool {fn.__name__}: *args/**kwargs cannot be described")
@@ -159,6 +170,10 @@ class FunctionTool:
         if isinstance(result, str):
             return result
         return json.dumps(to_jsonable_python(result, fallback=str), ensure_ascii=False)
+
+
+def _is_pack_setting(annotation: Any) -> bool:
+    return get_origin(annotation) is Annotated and PACK_SETTING in get_args(annotation)[1:]
 
 
 def runs_inline(fn: F) -> F:

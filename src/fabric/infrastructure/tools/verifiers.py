@@ -2,7 +2,7 @@
 
 ``CommandVerifier`` runs a command (the project's tests) confined in the workspace, exactly as
 the shell tool runs commands; ``CitationVerifier`` checks that every cited page was read during
-the run and holds the quoted words.
+the run and holds the quoted words, and that the quotes hold the figures the answer states.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from fabric.application.commands import CommandOutcome
 from fabric.application.context import ToolContext
 from fabric.application.verify import RunRecord, Verdict
 from fabric.domain.errors import ConfigError, RunError, SandboxError
+from fabric.domain.figures import Figure, backed, figures
 from fabric.domain.test_output import trim_test_output
 
 from .shell import scrubbed_env
@@ -187,27 +188,47 @@ def _find_test_file(folder: Path, depth: int) -> bool:
 
 class CitationVerifier:
     """Every citation (``{url, quote}`` items of the payload's ``field``) must name a page
-    that ``fetch_tool`` read during this run, and its quote must be on that page."""
+    that ``fetch_tool`` read during this run, and its quote must be on that page.
 
-    def __init__(self, field: str = "citations", fetch_tool: str = "fetch_url") -> None:
+    ``grounded`` (the default) also holds the answer (the payload's ``answer_field``) to its
+    quotes: each figure it states, a number, version, date or time of day, must be in one of
+    them (``fabric.domain.figures`` says what counts and how loosely it is compared), or in
+    the task itself, whose figures are the user's own. A read page and a real quote do not
+    make an answer right: a small model quotes one line and states a version from another.
+    This checks figures, not meaning: a quoted figure used for the wrong thing passes."""
+
+    def __init__(
+        self,
+        field: str = "citations",
+        fetch_tool: str = "fetch_url",
+        *,
+        answer_field: str = "answer",
+        grounded: bool = True,
+    ) -> None:
         self.field, self.fetch_tool = field, fetch_tool
+        self.answer_field, self.grounded = answer_field, grounded
 
     @property
     def name(self) -> str:
-        return f"citations: every cited page was read with {self.fetch_tool} and holds the quote"
+        name = f"citations: every cited page was read with {self.fetch_tool} and holds the quote"
+        return f"{name}; every figure of the answer is quoted" if self.grounded else name
 
     async def verify(
         self, payload: Mapping[str, Any], ctx: ToolContext, record: RunRecord
     ) -> Verdict | None:
         citations = payload.get(self.field)
-        if not isinstance(citations, list) or not citations:
+        items = citations if isinstance(citations, list) else []
+        cited = [c for c in items if isinstance(c, Mapping)]
+        answer = payload.get(self.answer_field) if self.grounded else None
+        stated = figures(answer) if isinstance(answer, str) else []
+        if not cited and not stated:
             return None  # nothing claimed from a source, nothing to check
         pages: dict[str, list[str]] = {}
         for use in record.outputs_of(self.fetch_tool):
             for url in _urls_of(use.arguments, use.output):
                 pages.setdefault(url, []).append(_plain(use.output))
         problems = []
-        for index, citation in enumerate(citations):
+        for index, citation in enumerate(items):
             if not isinstance(citation, Mapping):
                 continue
             url, quote = str(citation.get("url", "")), str(citation.get("quote", ""))
@@ -222,11 +243,44 @@ class CitationVerifier:
                     f"- citations[{index}]: the quote is not on {url[:200]} as read "
                     "(copy the words exactly from the page)"
                 )
-        checked = len([c for c in citations if isinstance(c, Mapping)])
         if problems:
-            summary = f"{len(problems)} of {checked} citation(s) not backed by a page read"
+            summary = f"{len(problems)} of {len(cited)} citation(s) not backed by a page read"
             return Verdict(False, summary, "\n".join(problems))
-        return Verdict(True, f"all {checked} citation(s) were read and quoted")
+        quotes = [str(c.get("quote", "")) for c in cited]
+        known = backed([*quotes, record.task])
+        missing = [f for f in stated if f.key not in known]
+        if missing:
+            return _ungrounded(missing, len(stated), len(cited))
+        summary = f"all {len(cited)} citation(s) were read and quoted"
+        if stated:
+            summary += f"; they hold the answer's {len(stated)} figure(s)"
+        return Verdict(True, summary)
+
+
+_LISTED = 12
+"""The most unquoted figures named one by one in a verdict."""
+
+
+def _ungrounded(missing: list[Figure], stated: int, cited: int) -> Verdict:
+    """The verdict on an answer stating figures that none of its quotes holds: each one named,
+    with what to do about it, in words a small model can act on."""
+    lines = [
+        f'- "{f.text[:80]}" (in the answer) is in none of the quotes: quote the sentence of the '
+        "page that states it, or leave it out"
+        for f in missing[:_LISTED]
+    ]
+    if len(missing) > _LISTED:
+        lines.append(f"- and {len(missing) - _LISTED} more")
+    lines.append(
+        "Every number, version and date in the answer must be in one of its quotes, written as "
+        "the page writes it (figures from the question itself excepted)."
+    )
+    are = "is" if len(missing) == 1 else "are"
+    summary = f"{len(missing)} of the answer's {stated} figure(s) {are} in none of the quotes"
+    if not cited:
+        summary = f"the answer states {stated} figure(s) and cites no page that holds them"
+    detail = {"unquoted": [f.text for f in missing]}
+    return Verdict(False, summary, "\n".join(lines), detail)
 
 
 def _urls_of(arguments: Mapping[str, Any], output: str) -> set[str]:
