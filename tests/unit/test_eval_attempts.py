@@ -217,6 +217,7 @@ def test_compare_says_which_differences_are_beyond_the_noise() -> None:
     table = render_compare(result)
     assert "| a | easy | 1/5 (20%) | 5/5 (100%) | +80 pp (+" in table
     assert "1 case(s) better in B, 0 worse, beyond the noise (95%)." in table
+    assert "2 cases compared, each at 95%: about 0.1 would look different by chance" in table
     assert "different suite contents" not in table
     other = {**b, "suite": {"name": "s", "hash": "changed"}}
     assert "note: A and B ran different suite contents" in render_compare(compare(a, other))
@@ -352,3 +353,58 @@ def test_a_check_that_could_not_run_is_no_false_success() -> None:
     assert failed.false_success and not broken.false_success and broken.check_error
     again = AttemptRecord.from_json(broken.as_json())
     assert again.check_error and not again.false_success
+
+
+def test_a_summary_says_when_attempts_ran_on_more_than_one_model_and_how_many_at_once() -> None:
+    """A continued eval whose model changed meanwhile mixes two models in every figure; and
+    attempts run at once share the machine, which their wall times show."""
+    records = [_record("a", 1, passed=True), _record("a", 2, passed=False, model="other")]
+    results = build_results(records, [_case("a")], 2, {"jobs": 2})
+    summary = render_summary(results)
+    assert "**the attempts ran on 2 models**: every figure below mixes them" in summary
+    assert "- repeats: 2; jobs: 2" in summary
+    one = render_summary(build_results(records[:1], [_case("a")], 1, {}))
+    assert "models**" not in one and "jobs" not in one
+
+
+def test_an_unexpected_failure_cancels_the_other_attempts_before_it_surfaces(
+    tmp_path: Path,
+) -> None:
+    """Two attempts at once; logging the first fails (a full disk, say): the error reaches
+    the caller as itself, and only after the other attempt was cancelled, never left running
+    while the eval writes its results and closes the model."""
+
+    async def answer(messages: Sequence[Message]) -> ChatResponse:
+        if "[slow]" in str(messages):
+            await asyncio.Event().wait()
+        return tool_call("finish_task", summary="done")
+
+    class FullDisk(_Log):
+        def append(self, record: AttemptRecord) -> None:
+            raise OSError(28, "No space left on device")
+
+    runner = _runner(tmp_path, answer)
+    ports = EvalPorts(
+        RunnerTasks(runner, backend=None, model=None), AttemptFolders(), ConfinedChecks(runner),
+        FullDisk(),
+    )  # fmt: skip
+    still_running: list[asyncio.Task[Any]] = []
+
+    async def go() -> None:
+        try:
+            await run_eval(plan([_case("fast"), _case("slow")], 1), ports, out=tmp_path / "out",
+                           jobs=2)  # fmt: skip
+        except OSError:
+            me = asyncio.current_task()
+            still_running.extend(t for t in asyncio.all_tasks() if t is not me)
+            raise
+        finally:
+            await runner.aclose()
+
+    with pytest.raises(OSError, match="No space left on device"):
+        asyncio.run(go())
+    assert still_running == []
+    slow = [
+        p for p in (tmp_path / "out" / "runs").glob("*/runlog.jsonl") if "[slow]" in p.read_text()
+    ]
+    assert assert_valid_runlog(slow[0])[-1]["status"] == "cancelled"

@@ -658,3 +658,26 @@ def test_files_the_brief_keeps_are_refused_to_file_tools_recorded_and_kept_on_re
     (refused,) = [e for e in resumed.events if e["kind"] == "tool_result" and e["step"] == 4]
     assert "is kept as it is in this run" in refused["output"]
     assert (workspace / "tests" / "test_a.py").read_text() == "def test_x():\n    assert False\n"
+
+
+def test_a_run_cut_off_while_the_pack_looked_looks_again_when_resumed(workspace: Path) -> None:
+    """Killed during the brief: the log has run_started and nothing else. The resumed run
+    tells the model what a fresh look finds, and the log records that look."""
+    looks: list[str] = []
+
+    async def brief(ctx: ToolContext) -> str:
+        looks.append("looked")
+        return "Files: a.py"
+
+    briefed = dataclasses.replace(pack(), brief=brief)
+    _, log, _ = run(briefed, [finish()], workspace)
+    cut = [e for e in log.events if e["kind"] == "run_started"]  # killed mid-look
+    resumed, chat = MemoryRunLog("r1"), ScriptedChatClient([finish()])
+    result = asyncio.run(
+        resume_task(plan_resume(cut), pack=briefed, chat=chat, runlog=resumed,
+                    workspace=workspace)
+    )  # fmt: skip
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert looks == ["looked", "looked"]
+    assert chat.requests[0][0][1]["content"] == "do it\n\nFiles: a.py"
+    assert kinds(resumed.events)[:2] == ["run_resumed", "brief"]

@@ -214,6 +214,7 @@ class _ResumingRunLog:
 
     def __init__(self, inner: RunLog, plan: ResumePlan, state: ReplayState) -> None:
         self._inner, self._plan, self._state = inner, plan, state
+        self._briefed = any(e.get("kind") == "brief" for e in plan.events)
         self._artifacts = deque(
             str(e["artifact"])
             for e in plan.events
@@ -225,7 +226,7 @@ class _ResumingRunLog:
         return self._inner.location
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
-        if kind == "brief":
+        if kind == "brief" and self._briefed:
             return  # the recorded look, told again: the log holds it already
         if kind == "run_started":
             resumed = {
@@ -290,6 +291,8 @@ async def resume_task(
         recording, pack, state=state, live=True, upto_step=plan.completed
     )
     brief = recorded_brief(recording)
+    if brief is None and plan.completed == 0:
+        brief = pack.brief  # cut off before the pack had looked: it looks now, and logs it
     resumed_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
     resuming = (
         _ResumingChat(ReplayChatClient(recording, state), chat, plan.completed, state)

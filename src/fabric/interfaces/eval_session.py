@@ -207,6 +207,7 @@ def write_results(prepared: Prepared, loaded: LoadedConfig) -> dict[str, Any]:
         "pack": options.pack,
         "backend": options.backend,
         "model": options.model,
+        "jobs": options.jobs,
         "config": loaded.source,
         "fabric_version": fabric.__version__,
         "started": folder.manifest().get("started"),

@@ -113,8 +113,12 @@ async def run_eval(
             if on_finish:
                 on_finish(record)
 
-    try:
-        await asyncio.gather(*(worker() for _ in range(max(1, min(jobs, len(queue))))))
+    try:  # a worker's unexpected failure cancels the others: no attempt outlives the eval
+        async with asyncio.TaskGroup() as group:
+            for _ in range(max(1, min(jobs, len(queue)))):
+                group.create_task(worker())
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None  # as itself, the others already cancelled
     finally:
         outcome.left.extend(queue)
     return outcome

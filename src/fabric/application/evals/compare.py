@@ -79,6 +79,13 @@ def render_compare(result: Mapping[str, Any]) -> str:
     better = sum(c["verdict"] == "B better" for c in result["cases"])
     worse = sum(c["verdict"] == "B worse" for c in result["cases"])
     lines += ["", f"{better} case(s) better in B, {worse} worse, beyond the noise (95%)."]
+    compared = sum("difference" in c for c in result["cases"])
+    if compared > 1:  # each case is its own 95% test: some look different by chance alone
+        lines.append(
+            f"{compared} cases compared, each at 95%: about {0.05 * compared:.1f} would look "
+            "different by chance alone. Trust a case's difference when it holds in a rerun "
+            "(or with more --repeats); the tier and overall rows pool the attempts."
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,9 @@ def render_summary(results: Mapping[str, Any]) -> str:
         f"- suite: `{suite.get('path', '')}` (content hash {str(suite.get('hash', ''))[:12]})",
         f"- pack: {results.get('pack') or 'each case its own'}; "
         f"backend: {_used(results, 'backend')}; model: {_used(results, 'model')}",
+        *_mixed(results),
         f"- repeats: {results.get('repeats')}"
+        + (f"; jobs: {results['jobs']}" if results.get("jobs") else "")
         + (
             ""
             if results.get("complete")
@@ -160,6 +162,17 @@ def clip_middle(text: str, limit: int) -> str:
 def _link(row: Mapping[str, Any]) -> str:
     path = str(row.get("runlog", ""))
     return f"[{path.split('/')[-2] if path.count('/') >= 1 else path}]({path})" if path else "-"
+
+
+def _mixed(results: Mapping[str, Any]) -> list[str]:
+    """A warning when the attempts did not all run on one model (a continued eval whose model
+    changed meanwhile, say): the figures then mix them."""
+    models = {
+        r["model"] for c in results.get("cases", []) for r in c.get("runs", []) if r.get("model")
+    }
+    if len(models) < 2:
+        return []
+    return [f"- **the attempts ran on {len(models)} models**: every figure below mixes them"]
 
 
 def _used(results: Mapping[str, Any], key: str) -> str:
