@@ -76,6 +76,24 @@ def test_the_name_changes_with_the_model_file_and_the_settings(tmp_path: Path) -
     assert server_name(model, 8192, 0, program) != touched
 
 
+def test_one_interpreter_under_two_names_finds_one_server(tmp_path: Path) -> None:
+    """A bench started with .venv/bin/python and an eval with .venv/bin/python3 started two
+    copies of the model on two cores; both names are one interpreter, so one server."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF one")
+    (bin_dir := tmp_path / "bin").mkdir()
+    (bin_dir / "python3.11").write_text("")
+    (bin_dir / "python3").symlink_to("python3.11")
+    (bin_dir / "python").symlink_to("python3")
+    names = {
+        server_name(model, 8192, 0, [str(bin_dir / alias), "-m", "server"])
+        for alias in ("python", "python3", "python3.11")
+    }
+    assert len(names) == 1
+    (bin_dir / "other").write_text("")
+    assert server_name(model, 8192, 0, [str(bin_dir / "other"), "-m", "server"]) not in names
+
+
 def test_the_state_file_is_private_and_read_back(tmp_path: Path) -> None:
     path = tmp_path / "abc.json"
     write_state(path, STATE)

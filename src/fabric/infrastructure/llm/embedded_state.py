@@ -56,8 +56,12 @@ def ensure_private_dir(folder: Path) -> Path:
 
 
 def server_name(model: Path, context_size: int, threads: int, program: Sequence[str]) -> str:
-    """The name of the server for this model file, these settings and this loader."""
+    """The name of the server for this model file, these settings and this loader. The
+    loader's program is named by its real path: ``.venv/bin/python`` and ``.venv/bin/python3``
+    are one interpreter, and must find one server, not start a second copy of the model."""
     info = model.stat()
+    if program:
+        program = [os.path.realpath(program[0]), *program[1:]]
     identity = [
         str(model.resolve()),
         info.st_dev,
