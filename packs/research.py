@@ -13,8 +13,10 @@ from fabric.infrastructure.tools.verifiers import CitationVerifier
 SYSTEM_PROMPT = """\
 You are a careful researcher. Find sources with web_search, read them with fetch_url, and
 answer only from what you read. Every claim in your answer needs a citation: the page's URL
-and a short quote copied exactly from that page. If the sources disagree or do not answer the
-question, say so. Finish with finish_task."""
+and a short quote copied exactly from that page. Every number, version and date in your
+answer must appear in one of your quotes, written as the page writes it: quote the sentence
+that states it. If the sources disagree or do not answer the question, say so. Finish with
+finish_task."""
 
 
 class Citation(BaseModel):
