@@ -101,8 +101,8 @@ OTHER = "<html><head><title>Weather on Earth</title></head><body>Blue skies.</bo
 def _script(case: str, step: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """What the scripted model answers at ``step`` (0-based) of ``case``."""
     if case == "greet" and step == 0:
-        fixed = 'def hello():\n    return "hello"\n'
-        return completion(None, [("write_file", {"path": "greet.py", "content": fixed})])
+        fix = {"path": "greet.py", "old": 'return "helo"', "new": 'return "hello"'}
+        return completion(None, [("edit_file", fix)])
     if case == "research":
         if step == 0:
             return completion(None, [("web_search", {"query": "Fabricia sky colour"})])

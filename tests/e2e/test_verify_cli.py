@@ -42,8 +42,8 @@ def project(tmp_path: Path, llm_url: str) -> tuple[Path, Path]:
 
 
 def claims_done(wrong: str) -> list[dict[str, object]]:
-    """A model that writes ``wrong`` and says the tests pass, twice."""
-    write = completion(None, [("write_file", {"path": "calc.py", "content": wrong})])
+    """A model that edits calc.py into ``wrong`` and says the tests pass, twice."""
+    write = completion(None, [("edit_file", {"path": "calc.py", "old": BROKEN, "new": wrong})])
     done = completion(None, [("finish_task", {"summary": "Fixed add; all tests pass."})])
     return [write, done, done]
 

@@ -55,8 +55,7 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines:
     Args:
         path: File path relative to the workspace root.
         start_line: First line to return (1-based).
-        max_lines: How many lines to return at most (at least 40 are shown, where the file
-            has them: a narrower window rarely shows enough to act on).
+        max_lines: How many lines to return at most.
     """
     try:
         with Workspace(ctx) as ws, open_existing(ws, ctx, path, "read_file") as (file, note):
@@ -70,6 +69,8 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines:
 
 
 def _read_window(file: Opened, path: str, start_line: int, max_lines: int) -> str:
+    # at least MIN_READ_LINES, whatever max_lines says; the description stays as every
+    # recorded runlog has it (ADR 0017), the output says which lines it shows
     first, count = max(start_line, 1), max(max_lines, MIN_READ_LINES)
     large = file.info.st_size > _COUNT_LINES_UP_TO
     chosen: list[str] = []
@@ -144,14 +145,18 @@ def write_file(
     try:
         with Workspace(ctx) as ws:
             path = writable_path(ws, ctx, path)
-            if not append and not replace_files:
-                _refuse_replacing(ws, path)
             unchanged = not append and _holds(ws, path, data)
+            # creating only: opened without emptying, so every refusal of a place (host code,
+            # protected, kept) comes first and an existing file is left whole
+            create = not append and not replace_files
             with (
-                ws.open_for_writing(path, append=append) as file,
+                ws.open_for_writing(path, append=append or create) as file,
                 open(file.fd, "wb", closefd=False) as fh,
             ):
-                fh.write(data)
+                if create and file.info.st_size and not unchanged:
+                    raise _exists(ws, file.rel, file.info.st_size)
+                if not (create and unchanged):
+                    fh.write(data)
     except OSError as exc:
         raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
     if unchanged:
@@ -163,24 +168,21 @@ def write_file(
     return f"{verb} {len(data)} bytes to {file.rel}"
 
 
-def _refuse_replacing(ws: Workspace, path: str) -> None:
-    """For a pack that only lets write_file create files: refuse an existing, non-empty file
-    (a small model "fixes" a file by writing one line over all of it)."""
-    try:
-        with ws.open(path) as file:
-            if not stat.S_ISREG(file.info.st_mode) or file.info.st_size == 0:
-                return
-            size = f"{file.info.st_size:,} bytes"
-            if file.info.st_size <= _MAX_SEARCH_FILE_BYTES:
-                lines = os.pread(file.fd, _MAX_SEARCH_FILE_BYTES, 0).count(b"\n") or 1
-                size = f"{lines} lines"
-            shown = file.rel
-    except (OSError, SandboxError):
-        return  # not there (or not readable): write_file's own checks decide
-    raise ToolError(
-        f"{shown} already exists ({size}): in this pack write_file only creates new "
-        "files, so that the rest of a file is never lost",
-        hint=f"change {shown} with edit_file: the lines to change in old, their new text in new",
+def _exists(ws: Workspace, rel: str, size: int) -> ToolError:
+    """Why write_file, creating files only, leaves an existing one as it is (a small model
+    "fixes" a file by writing one line over all of it)."""
+    shown = f"{size:,} bytes"
+    if size <= _MAX_SEARCH_FILE_BYTES:
+        try:
+            with ws.open(rel) as file:
+                lines = os.pread(file.fd, size, 0).count(b"\n") or 1
+            shown = f"{lines} lines"
+        except (OSError, SandboxError):
+            pass
+    return ToolError(
+        f"{rel} already exists ({shown}): in this pack write_file only creates new files, so "
+        "that the rest of a file is never lost",
+        hint=f"change {rel} with edit_file: the lines to change in old, their new text in new",
     )
 
 
