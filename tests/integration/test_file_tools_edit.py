@@ -109,6 +109,12 @@ def test_a_snippet_copied_at_another_depth_is_moved_to_the_files_depth(
         "class Cart:\n    def total(self):\n        cost = self.net\n        return cost * 2\n"
     )
     assert "old matched at another indentation; new was indented to match" in result
+    # the same text at another depth is no change: said, not reported as an edit
+    same = "        cost = self.net"
+    error = error_of(edit_file, ctx, "shop.py", same.strip(), same.strip())
+    assert error.message == "old and new are the same text, so nothing would change"
+    error = error_of(edit_file, ctx, "shop.py", "    " + same, "    " + same)
+    assert error.message == "old and new are the same text, so nothing would change"
     # new less indented than the shift takes off is not guessed at
     error = error_of(edit_file, ctx, "shop.py", "            return cost * 2", "return 0")
     assert "matches if indentation/trailing spaces are ignored" in error.message

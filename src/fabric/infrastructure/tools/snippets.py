@@ -103,10 +103,7 @@ def replace_snippet(text: str, old: str, new: str, *, replace_all: bool, path: s
             )
         if found:
             if candidate == replacement:
-                raise ToolError(
-                    "old and new are the same text, so nothing would change",
-                    hint="put the changed text in new",
-                )
+                raise _same()
             spans = [(at, at + len(candidate)) for at in found]
             return _replaced(text, spans, replacement, note)
     return _fuzzy(text, old, new, style, replace_all=replace_all, path=path)
@@ -182,11 +179,18 @@ def _fuzzy(text: str, old: str, new: str, style: str, *, replace_all: bool, path
     )
 
 
+def _same() -> ToolError:
+    return ToolError(
+        "old and new are the same text, so nothing would change", hint="put the changed text in new"
+    )
+
+
 def _replace_lines(
     text: str, found: list[int], size: int, old: str, new: str, style: str, note: str
 ) -> Edited:
     """``text`` with the ``size`` whole lines starting at each index in ``found`` replaced by
-    ``new`` (windows that overlap an earlier one are left alone)."""
+    ``new`` (windows that overlap an earlier one are left alone). Raises ToolError when that
+    changes nothing (old and new differ only in what the match forgave)."""
     replacement = _restyled(new, style)
     if old.endswith(("\n", "\r")) and replacement.endswith(style):
         replacement = replacement[: -len(style)]  # the span ends before the line end
@@ -196,7 +200,10 @@ def _replace_lines(
         if not starts or i >= starts[-1] + size:
             starts.append(i)
     chosen = [(spans[i][0], spans[i + size - 1][1]) for i in starts]
-    return _replaced(text, chosen, replacement, note)
+    edited = _replaced(text, chosen, replacement, note)
+    if edited.text == text:
+        raise _same()
+    return edited
 
 
 def _shifted(have: list[str], wanted: list[str], new: str) -> str | None:
