@@ -11,6 +11,7 @@ from fabric.config.schema import PackSettings, SandboxSettings, VerifySettings
 from fabric.infrastructure.tools.briefs import WorkspaceBrief
 from fabric.infrastructure.tools.function_tool import json_schema_of
 from fabric.infrastructure.tools.library import library_tools
+from fabric.infrastructure.tools.verifiers import SeenFigures
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in one project folder, the workspace. Every path
@@ -122,6 +123,9 @@ def build(settings: EngineeringSettings) -> Pack:
         finish_description="Finish the task: report the summary, the files changed (artifacts), "
         "next steps and notes.",
         sandbox=settings.sandbox,
+        # the project's tests (verify.command) are added by the registry; this one holds the
+        # summary's numbers to what the run saw (an answer to a question is made up otherwise)
+        verifiers=(SeenFigures("summary"),),
         brief=WorkspaceBrief(keep_failing_tests=settings.keep_failing_tests)
         if settings.brief
         else None,

@@ -14,6 +14,7 @@ from support import assert_valid_runlog, mock_llm, run_fabric
 from fabric.testing import MockOpenAIServer, completion
 
 BROKEN = "def add(a, b):\n    return a - b\n"
+SEEN = "figures: every number the summary states was seen during the run"
 FIXED = "def add(a, b):\n    return a + b\n"
 
 
@@ -68,7 +69,7 @@ def test_a_false_claim_of_success_ends_unverified_with_the_evidence(tmp_path: Pa
     assert result["error"]["code"] == "unverified"
     assert "assert 6 == 5" in result["error"]["message"]
     events = assert_valid_runlog(Path(result["runlog"]))
-    checks = [e for e in events if e["kind"] == "verification"]
+    checks = [e for e in events if e["kind"] == "verification" and "command" in e]
     assert [c["ok"] for c in checks] == [False, False]
     assert checks[0]["command"] == "python -m pytest -q -x -p no:cacheprovider"
     # what the model was told after its first claim
@@ -93,7 +94,7 @@ def test_a_real_fix_is_verified_and_completes(tmp_path: Path) -> None:
     result = json.loads(out)
     assert result["status"] == "completed" and result["steps"] == 2
     events = assert_valid_runlog(Path(result["runlog"]))
-    (check,) = [e for e in events if e["kind"] == "verification"]
+    (check,) = [e for e in events if e["kind"] == "verification" and "command" in e]
     assert check["ok"] and check["exit_code"] == 0
 
 
@@ -103,7 +104,8 @@ def test_verify_and_no_verify_choose_the_check_for_one_task(tmp_path: Path) -> N
         code, out, err = fabric(config, ws, "--json", "--no-verify", "Fix add")
     assert code == 0, err  # nothing checked: the claim stands, as the user asked
     events = assert_valid_runlog(Path(json.loads(out)["runlog"]))
-    assert events[0]["verify"] == [] and events[0]["verify_override"] == "off"
+    # no command check: only the pack's own check of the summary's figures, which has none
+    assert events[0]["verify"] == [SEEN] and events[0]["verify_override"] == "off"
 
     with MockOpenAIServer(claims_done(FIXED)) as server:
         ws, config = project(tmp_path / "second", server.base_url)

@@ -495,8 +495,11 @@ def test_the_checks_a_run_gets_from_config_task_and_recording(tmp_path: Path) ->
         return [v.name for v in lp.pack.verifiers]
 
     assert names(runner.pack("engineering")) == [
-        "command: auto (python -m pytest -q -x -p no:cacheprovider, when the workspace has tests)"
+        "figures: every number the summary states was seen during the run",
+        "command: auto (python -m pytest -q -x -p no:cacheprovider, when the workspace has tests)",
     ]
+    engineering_off = names(runner.pack("engineering").for_run("off"))
+    assert engineering_off == ["figures: every number the summary states was seen during the run"]
     reviewer = runner.pack("reviewer")
     assert names(reviewer) == ["command: python -m pytest -q"]
     assert reviewer.starts_commands  # a check command needs the confined runner, shell or not

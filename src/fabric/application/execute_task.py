@@ -141,6 +141,7 @@ class _Run:
         except Exception as exc:  # a pack's own bug: the run goes on without the look
             found = f"(fabric could not look at the workspace first: {type(exc).__name__}: {exc})"
         told = found if isinstance(found, Briefing) else Briefing(str(found))
+        self.record.brief = told.text
         event: dict[str, Any] = {"text": told.text, "duration_ms": _ms(started)}
         if told.keep:
             event |= {"keep": list(told.keep), "keep_why": told.why}

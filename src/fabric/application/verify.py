@@ -34,6 +34,8 @@ class RunRecord:
     task: str = ""
     """The task as the user wrote it: what it states is the user's own, not a claim to check
     (the figures of a question need no quote)."""
+    brief: str = ""
+    """What the pack's brief told the model before its first step (seen, like tool output)."""
 
     def used(self, *names: str) -> bool:
         """Whether the run called one of the tools ``names`` (successfully or not)."""

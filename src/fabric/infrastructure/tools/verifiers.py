@@ -257,6 +257,46 @@ class CitationVerifier:
         return Verdict(True, summary)
 
 
+class SeenFigures:
+    """Every figure the payload's ``field`` states (a number, version, date or time:
+    ``fabric.domain.figures``) must be one the run saw: in the task, the pack's brief or the
+    output of one of its tool calls. A small model answers a question about the code with a
+    number it made up ("the largest PNG is 1024 bytes") and the tests, which pass, cannot tell.
+    It checks figures, not meaning: a summary that states none, or a seen figure put to the
+    wrong use, passes."""
+
+    def __init__(self, field: str = "summary") -> None:
+        self.field = field
+
+    @property
+    def name(self) -> str:
+        return f"figures: every number the {self.field} states was seen during the run"
+
+    async def verify(
+        self, payload: Mapping[str, Any], ctx: ToolContext, record: RunRecord
+    ) -> Verdict | None:
+        text = payload.get(self.field)
+        stated = figures(text) if isinstance(text, str) else []
+        if not stated:
+            return None  # nothing checkable claimed
+        known = backed([record.task, record.brief, *(use.output for use in record.uses)])
+        missing = [f for f in stated if f.key not in known]
+        if missing:
+            lines = [
+                f'- "{f.text[:80]}" (in the {self.field}) is in no file, test or command output '
+                "this run saw: run the code or read the file that gives it, or leave it out"
+                for f in missing[:_LISTED]
+            ]
+            if len(missing) > _LISTED:
+                lines.append(f"- and {len(missing) - _LISTED} more")
+            summary = (
+                f"{len(missing)} of the {self.field}'s {len(stated)} figure(s) were never seen "
+                "during the run"
+            )
+            return Verdict(False, summary, "\n".join(lines), {"unseen": [f.text for f in missing]})
+        return Verdict(True, f"the {self.field}'s {len(stated)} figure(s) were all seen in the run")
+
+
 _LISTED = 12
 """The most unquoted figures named one by one in a verdict."""
 
