@@ -105,7 +105,7 @@ async def sample(case, client, checks: ConfinedChecks, work: Path) -> tuple[bool
     failed = [r for r in results if not r.passed]
     changed = ", ".join(files)
     if failed:
-        return False, f"wrote {changed}; {failed[0].check}: {failed[0].evidence[:120]!r}"
+        return False, f"wrote {changed}; {failed[0].label}: {failed[0].evidence[:120]!r}"
     return True, f"wrote {changed}; all {len(results)} checks pass"
 
 
