@@ -282,13 +282,11 @@ class SeenFigures:
         known = backed([record.task, record.brief, *(use.output for use in record.uses)])
         missing = [f for f in stated if f.key not in known]
         if missing:
-            lines = [
-                f'- "{f.text[:80]}" (in the {self.field}) is in no file, test or command output '
-                "this run saw: run the code or read the file that gives it, or leave it out"
-                for f in missing[:_LISTED]
-            ]
-            if len(missing) > _LISTED:
-                lines.append(f"- and {len(missing) - _LISTED} more")
+            lines = _listed(
+                missing,
+                f"(in the {self.field}) is in no file, test or command output this run saw: "
+                "run the code or read the file that gives it, or leave it out",
+            )
             summary = (
                 f"{len(missing)} of the {self.field}'s {len(stated)} figure(s) were never seen "
                 "during the run"
@@ -298,19 +296,25 @@ class SeenFigures:
 
 
 _LISTED = 12
-"""The most unquoted figures named one by one in a verdict."""
+"""The most unbacked figures named one by one in a verdict."""
+
+
+def _listed(missing: list[Figure], why: str) -> list[str]:
+    """One line per unbacked figure (at most ``_LISTED``), each saying ``why`` and what to do."""
+    lines = [f'- "{f.text[:80]}" {why}' for f in missing[:_LISTED]]
+    if len(missing) > _LISTED:
+        lines.append(f"- and {len(missing) - _LISTED} more")
+    return lines
 
 
 def _ungrounded(missing: list[Figure], stated: int, cited: int) -> Verdict:
     """The verdict on an answer stating figures that none of its quotes holds: each one named,
     with what to do about it, in words a small model can act on."""
-    lines = [
-        f'- "{f.text[:80]}" (in the answer) is in none of the quotes: quote the sentence of the '
-        "page that states it, or leave it out"
-        for f in missing[:_LISTED]
-    ]
-    if len(missing) > _LISTED:
-        lines.append(f"- and {len(missing) - _LISTED} more")
+    lines = _listed(
+        missing,
+        "(in the answer) is in none of the quotes: quote the sentence of the page that states "
+        "it, or leave it out",
+    )
     lines.append(
         "Every number, version and date in the answer must be in one of its quotes, written as "
         "the page writes it (figures from the question itself excepted)."
