@@ -111,6 +111,8 @@ def test_fabric_run_json_end_to_end(project: Path) -> None:
             "--workspace",
             str(workspace),
             "--json",
+            "--verify",  # the user's own definition of done: it confirms the work
+            "python hello.py",
             "Create hello.py and run it.",
             env=env,
             cwd=project,
@@ -130,6 +132,7 @@ def test_fabric_run_json_end_to_end(project: Path) -> None:
     # progress on stderr, as it happened
     assert "step  1  write_file path=hello.py" in proc.stderr
     assert 'shell command="python hello.py"  → exit code 0' in proc.stderr
+    assert "step  3  verified: `python hello.py` passed (exit code 0)" in proc.stderr
     assert "completed after 3 step(s)" in proc.stderr
 
     # the runlog tells the story and follows the published schema
@@ -139,6 +142,10 @@ def test_fabric_run_json_end_to_end(project: Path) -> None:
     assert events[0]["model"] == "mock-coder"
     assert events[-1]["status"] == "completed"
     assert events[-1]["payload"] == out["payload"]
+    checks = [
+        (e["check"], e["ok"], e.get("confirms")) for e in events if e["kind"] == "verification"
+    ]
+    assert ("command: python hello.py", True, True) in checks
     results = [e for e in events if e["kind"] == "tool_result"]
     assert [r["name"] for r in results] == ["write_file", "shell", "shell"]
     assert results[1]["output"] == "[exit code 0]\nhello from fabric\n"
@@ -224,7 +231,10 @@ def test_run_prints_payload_and_runlog_path(
     with MockOpenAIServer(script, models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "read my notes"])  # default_pack
-    assert result.exit_code == 0, result.stderr
+    # it only read: nothing could confirm the claim, so it is done but said to be unconfirmed
+    assert result.exit_code == 3, result.stderr
+    assert "completed_unconfirmed after 2 step(s)" in result.stderr
+    assert "none of them confirms it was done" in result.stderr
     payload_text, runlog_line = result.stdout.rsplit("runlog: ", 1)
     assert json.loads(payload_text) == {"summary": "read the notes"}
     events = assert_valid_runlog(Path(runlog_line.strip()))
@@ -240,8 +250,9 @@ def test_model_option_picks_a_key_or_a_name(
     finish = completion(None, [("finish_task", {"summary": "ok"})])
     with MockOpenAIServer([finish, finish], models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
-        assert cli.invoke(app, ["run", "-w", "ws", "-m", "default", "x"]).exit_code == 0
-        assert cli.invoke(app, ["run", "-w", "ws", "-m", "llama3.1:8b", "x"]).exit_code == 0
+        # done, unconfirmed (3): each run only claimed, with nothing to check
+        assert cli.invoke(app, ["run", "-w", "ws", "-m", "default", "x"]).exit_code == 3
+        assert cli.invoke(app, ["run", "-w", "ws", "-m", "llama3.1:8b", "x"]).exit_code == 3
     assert [r["model"] for r in server.requests] == ["mock-small", "llama3.1:8b"]
 
 
@@ -253,7 +264,7 @@ def test_fabric_model_env_overrides_the_pack_model(
     ) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         monkeypatch.setenv("FABRIC_MODEL", "env-model")
-        assert cli.invoke(app, ["run", "-w", "ws", "x"]).exit_code == 0
+        assert cli.invoke(app, ["run", "-w", "ws", "x"]).exit_code == 3  # done, unconfirmed
     assert server.requests[0]["model"] == "env-model"
 
 
@@ -265,7 +276,7 @@ def test_openai_api_key_is_sent_when_fabric_api_key_is_unset(
     ) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fallback")
-        assert cli.invoke(app, ["run", "-w", "ws", "x"]).exit_code == 0
+        assert cli.invoke(app, ["run", "-w", "ws", "x"]).exit_code == 3  # done, unconfirmed
     assert server.requests[0]["_authorization"] == "Bearer sk-openai-fallback"
 
 
@@ -314,7 +325,7 @@ def test_a_refused_tool_call_is_shown_and_the_run_goes_on(
     with MockOpenAIServer(script, models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "x"])
-    assert result.exit_code == 0
+    assert result.exit_code == 3  # it ended done, unconfirmed: the refusals did not stop it
     assert "shell command=\"rm -rf /\"  → error: program 'rm' is not allowed" in result.stderr
     assert "read_file path=../fabric.yaml  → error:" in result.stderr
     tool_msgs = [m for m in server.requests[2]["messages"] if m["role"] == "tool"]
@@ -477,7 +488,7 @@ def finished_run(cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> Path:
     with MockOpenAIServer(script, models=MODELS) as server:
         monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
         result = cli.invoke(app, ["run", "-w", "ws", "--json", "look around"])
-    assert result.exit_code == 0
+    assert result.exit_code == 3  # a look: done, nothing to confirm it
     return Path(json.loads(result.stdout)["runlog"])
 
 
@@ -493,7 +504,8 @@ def test_show_by_path_folder_and_run_id(cli: CliRunner, finished_run: Path) -> N
     assert "task: look around" in text
     assert "step  1  model: Looking around." in text
     assert "step  1  list_files  → ok" in text
-    assert "completed after 2 step(s) · 30 tokens" in text
+    assert "completed_unconfirmed after 2 step(s) · 30 tokens" in text
+    assert "none of them confirms it was done" in text
     assert '"notes": "nothing there"' in text
     assert text.rstrip().endswith(f"runlog: {finished_run}")
 

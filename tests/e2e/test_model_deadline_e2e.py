@@ -202,7 +202,8 @@ def test_a_reply_that_comes_at_once_is_unaffected(
         result, events = run_in_process(
             server, tmp_path / "runs", workspace, stream=stream, request_timeout=5.0
         )
-    assert result.status is RunStatus.COMPLETED, result.error
+    # the reply came whole and the run ended as the claim left it (no check could confirm it)
+    assert result.status is RunStatus.COMPLETED_UNCONFIRMED, result.error
     assert result.payload == {"summary": "said hi"}
     assert "llm_retry" not in kinds(events) and len(server.requests) == 1
 

@@ -92,9 +92,9 @@ def test_a_killed_run_resumes_without_redoing_completed_steps(
         )  # fmt: skip
         resumed = server.requests[seen_before:]
 
-    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.returncode == 3, (done.stdout, done.stderr)  # done, unconfirmed
     result = json.loads(done.stdout)
-    assert result["status"] == "completed"
+    assert result["status"] == "completed_unconfirmed"  # no tests: nothing confirms the log
     assert result["run_id"] == run_dir.name
     events = assert_valid_runlog(run_dir / "runlog.jsonl")
     assert events[: len(before)] == before  # appended to, never rewritten
@@ -150,14 +150,14 @@ def test_a_run_resumed_after_max_steps_has_one_end(tmp_path: Path, workspace: Pa
         posts = [_step(r) for r in server.requests if r["_path"].endswith("/chat/completions")]
 
     assert json.loads(again.stdout)["status"] == "max_steps", again.stderr
-    assert done.returncode == 0, (done.stdout, done.stderr)
-    assert json.loads(done.stdout)["status"] == "completed"
+    assert done.returncode == 3, (done.stdout, done.stderr)  # done, unconfirmed
+    assert json.loads(done.stdout)["status"] == "completed_unconfirmed"
     assert posts == [1, 2, 3, 4]  # no step was asked twice
     assert (workspace / "log.txt").read_text() == "step 1\nstep 2\nstep 3\n"
     events = assert_valid_runlog(runlog)
     assert kinds(events).count("run_finished") == 1
     assert events[-1]["kind"] == "run_finished"
-    assert events[-1]["status"] == "completed" and events[-1]["steps"] == 4
+    assert events[-1]["status"] == "completed_unconfirmed" and events[-1]["steps"] == 4
     assert events[-1]["payload"] == {"summary": "wrote log.txt", "artifacts": ["log.txt"]}
     # every line of the earlier runs is still there, but each end became its run_resumed
     assert events[: len(ran) - 1] == ran[:-1]
@@ -174,7 +174,7 @@ def test_a_run_resumed_after_max_steps_has_one_end(tmp_path: Path, workspace: Pa
 
     shown = fabric("show", run_id)
     assert shown.returncode == 0, shown.stderr
-    assert "completed after 4 step(s)" in shown.stdout
+    assert "completed_unconfirmed after 4 step(s)" in shown.stdout
     # the earlier ends are not lines of their own any more: each shows where its run resumed
     resumed = [line for line in shown.stdout.splitlines() if "max_steps after" in line]
     assert [line.split(" · ")[0] for line in resumed] == [
@@ -189,7 +189,7 @@ def test_a_run_resumed_after_max_steps_has_one_end(tmp_path: Path, workspace: Pa
     report = json.loads(replayed.stdout)
     assert report["status"] == "identical" and report["steps_replayed"] == 4
     refused = fabric("resume", run_id, "--max-steps", "9")
-    assert refused.returncode == 2 and "already ended (completed)" in refused.stderr
+    assert refused.returncode == 2 and "already ended (completed_unconfirmed)" in refused.stderr
 
 
 def test_a_resume_killed_mid_way_loses_nothing_and_resumes_again(
@@ -243,10 +243,11 @@ def test_a_resume_killed_mid_way_loses_nothing_and_resumes_again(
     assert cut[: len(ran) - 1] == ran[:-1] and "run_finished" not in kinds(cut)
     assert cut[len(ran) - 1]["kind"] == "run_resumed"
     assert cut[len(ran) - 1]["ended"] == _ended(ran[-1])
-    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.returncode == 3, (done.stdout, done.stderr)  # done, unconfirmed
     events = assert_valid_runlog(runlog)
     assert events[: len(cut)] == cut  # the second resume appends: nothing to take out
-    assert kinds(events).count("run_finished") == 1 and events[-1]["status"] == "completed"
+    assert kinds(events).count("run_finished") == 1
+    assert events[-1]["status"] == "completed_unconfirmed"
     marks = [e for e in events if e["kind"] == "run_resumed"]
     assert [(m["reason"], "ended" in m) for m in marks] == [
         ("max_steps", True),

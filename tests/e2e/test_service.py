@@ -29,8 +29,8 @@ TOKEN = "e2e-service-token-5f1c2a9b7d3e"
 API_KEY = "sk-mock-model-key-never-shown-8842"
 GUARD = 30.0  # seconds: hang guards only, never an assertion about speed
 FINAL = {
-    "completed", "completed_from_text", "invalid_output", "unverified", "max_steps",
-    "cancelled", "failed", "interrupted",
+    "completed", "completed_unconfirmed", "completed_from_text", "invalid_output", "unverified",
+    "max_steps", "cancelled", "failed", "interrupted",
 }  # fmt: skip
 Handler = Callable[[dict[str, Any]], tuple[int, Any]]
 
@@ -258,10 +258,10 @@ def test_submit_follow_live_and_fetch_the_result(tmp_path: Path) -> None:
 
         done = service.task(task_id)
         runlog = service.client.get(f"/tasks/{task_id}/runlog")
-    assert done["status"] == "completed"
+    assert done["status"] == "completed_unconfirmed"
     assert done["payload"] == {"summary": "wrote slow hello"}
     assert done["steps"] == 2
-    assert done["error"] is None
+    assert done["error"]["code"] == "unconfirmed"  # no check could confirm it: said, to read
     assert done["created_at"] <= done["started_at"] <= done["finished_at"]
 
     # the runlog endpoint is the JSONL file, and the stream was that file, line by line
@@ -273,7 +273,7 @@ def test_submit_follow_live_and_fetch_the_result(tmp_path: Path) -> None:
     assert [m["data"] for m in seen] == events
     assert [m["event"] for m in seen] == kinds(events)
     assert [m["id"] for m in seen] == [str(e["seq"]) for e in events]
-    assert events[-1]["status"] == "completed"
+    assert events[-1]["status"] == "completed_unconfirmed"
     assert events[-1]["payload"] == done["payload"]
 
     # the model's write_file changed the workspace
@@ -298,7 +298,7 @@ def test_the_runlog_of_a_running_task_downloads_as_whole_lines(tmp_path: Path) -
             answer = service.client.get(f"/tasks/{task_id}/runlog")  # raises if cut short
             assert answer.status_code == 200, answer.text
             snapshots.append(answer.content)
-        assert service.task(task_id)["status"] == "completed"
+        assert service.task(task_id)["status"] == "completed_unconfirmed"
     final = runlog.read_bytes()
     assert_valid_runlog(runlog)
     assert snapshots
@@ -338,9 +338,17 @@ def test_list_tasks_newest_first_with_filters_and_pages(tmp_path: Path) -> None:
             cursor = {"limit": 2, "before": nxt}
         reviewers, _ = listed(pack="reviewer")
         stopped, _ = listed(status="max_steps")
-        completed_eng, _ = listed(status="completed", pack="engineering")
+        completed_eng, _ = listed(status="completed_unconfirmed", pack="engineering")
         none_queued, _ = listed(status="queued")
-    assert statuses == ["completed", "completed", "max_steps", "completed", "completed"]
+    # the reviewer pack has no checks: a valid claim completes; the engineering pack's checks
+    # had nothing to confirm a note by
+    assert statuses == [
+        "completed_unconfirmed",
+        "completed",
+        "max_steps",
+        "completed",
+        "completed_unconfirmed",
+    ]
     newest_first = ids[::-1]
     assert everything == newest_first
     assert [i for page in pages for i in page] == newest_first
@@ -379,7 +387,7 @@ def test_events_resume_after_last_event_id_without_gaps_or_duplicates(tmp_path: 
         replay = [m["data"] for m in sse(service.client.get(url))]
         tail = [m["data"] for m in sse(service.client.get(url, headers={"Last-Event-ID": "4"}))]
         past_end = list(sse(service.client.get(url, headers={"Last-Event-ID": "999"})))
-        assert service.task(task_id)["status"] == "completed"
+        assert service.task(task_id)["status"] == "completed_unconfirmed"
     events = assert_valid_runlog(tmp_path / "runs" / task_id / "runlog.jsonl")
     assert int(second[0]["id"]) == int(last_id) + 1
     assert [m["data"] for m in first + second] == events
@@ -426,12 +434,12 @@ def test_cancel_a_queued_task_before_it_starts(tmp_path: Path) -> None:
         assert service.task(second)["status"] == "queued"
         answer = service.client.post(f"/tasks/{second}/cancel")
         gate.set()
-        assert service.wait_final(first)["status"] == "completed"
+        assert service.wait_final(first)["status"] == "completed_unconfirmed"
         record = service.task(second)
         runlog = service.client.get(f"/tasks/{second}/runlog")
         events = list(sse(service.client.get(f"/tasks/{second}/events")))
         third = service.submit(task="third")  # the slot it would have taken is free
-        assert service.wait_final(third)["status"] == "completed"
+        assert service.wait_final(third)["status"] == "completed_unconfirmed"
     assert answer.status_code == 202
     assert answer.json()["status"] == "cancelled"
     assert record["status"] == "cancelled"
@@ -498,7 +506,9 @@ def test_every_endpoint_but_healthz_needs_the_token(guarded: tuple[Service, Any]
                 answer = anonymous.request(method, path, json=body, headers=headers)
                 error_shape(answer, 401, "unauthorized")
                 assert answer.headers["www-authenticate"].startswith("Bearer")
-    assert service.task(task_id)["status"] == "completed"  # refused requests changed nothing
+    assert (
+        service.task(task_id)["status"] == "completed_unconfirmed"
+    )  # refused requests changed nothing
     assert service.client.get("/tasks").json()["tasks"] == stored  # no task was added
 
 

@@ -74,7 +74,7 @@ def test_200_concurrent_tasks_each_complete_exactly_once(tmp_path: Path) -> None
     by_text = {records[i]["task"]: records[i] for i in ids}
     assert sorted(by_text) == texts
     for text, record in by_text.items():
-        assert record["status"] == "completed", record
+        assert record["status"] == "completed_unconfirmed", record
         assert record["payload"] == {"summary": text}
         assert record["steps"] == STEPS
 
@@ -84,7 +84,7 @@ def test_200_concurrent_tasks_each_complete_exactly_once(tmp_path: Path) -> None
     for task_id in ids:
         events = assert_valid_runlog(runs / task_id / "runlog.jsonl")
         assert kinds(events).count("run_started") == 1
-        assert events[-1]["status"] == "completed"
+        assert events[-1]["status"] == "completed_unconfirmed"
         assert events[0]["task"] == records[task_id]["task"]
 
     # the model saw each task's three calls, once; every task wrote its file

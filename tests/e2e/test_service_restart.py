@@ -107,14 +107,14 @@ def test_after_a_crash_running_is_interrupted_and_queued_runs_once(tmp_path: Pat
     assert cut["error"]["code"] == "interrupted"
     assert after == before  # the runlog is intact: every line written before the crash
     assert replay == read_events(tmp_path / "runs" / running / "runlog.jsonl")
-    assert done["status"] == "completed"
+    assert done["status"] == "completed_unconfirmed"
     events = assert_valid_runlog(tmp_path / "runs" / queued / "runlog.jsonl")
     assert kinds(events).count("run_started") == 1
     assert calls_for(model, "second") == 2  # its two model calls, once
     assert calls_for(model, "slow first") == 1  # the interrupted task never ran again
     assert runs(tmp_path) == sorted([running, queued])
     assert still_running.json()["tasks"] == []
-    assert stored(tmp_path) == {running: "interrupted", queued: "completed"}
+    assert stored(tmp_path) == {running: "interrupted", queued: "completed_unconfirmed"}
 
 
 def test_sigterm_stops_taking_work_and_records_the_running_task_interrupted(
@@ -167,7 +167,7 @@ def test_sigterm_stops_taking_work_and_records_the_running_task_interrupted(
             finished = [again.wait_final(i) for i in [queued, *accepted]]
             record = again.task(running)
     assert record["status"] == "interrupted"
-    assert {r["status"] for r in finished} == {"completed"}
+    assert {r["status"] for r in finished} == {"completed_unconfirmed"}
     assert calls_for(model, "second") == 2
     assert calls_for(model, "slow first") == 1
     assert runs(tmp_path) == sorted([running, queued, *accepted])

@@ -40,7 +40,9 @@ def test_a_tasks_verify_command_decides_its_end(tmp_path: Path) -> None:
     assert ends[refuted]["error"]["code"] == "unverified"
     assert ends[refuted]["payload"] == {"summary": "wrote notes"}  # the claim, kept to read
     assert ends[backed]["status"] == "completed", ends[backed]
-    assert ends[off]["status"] == "completed" and ends[off]["verify"] == "off"
+    # no command checked it: the claim stands, said to be unconfirmed
+    assert ends[off]["status"] == "completed_unconfirmed" and ends[off]["verify"] == "off"
+    assert ends[off]["error"]["code"] == "unconfirmed"
     assert "cannot parse the verify command" in error["message"]
     assert "'curl' is not one of the allowed commands of pack 'engineering'" in refused["message"]
     events = read_events(tmp_path / "runs" / refuted / "runlog.jsonl")

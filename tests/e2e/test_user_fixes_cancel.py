@@ -87,9 +87,9 @@ def test_ctrl_c_prints_the_json_result_and_the_run_resumes(tmp_path: Path) -> No
         env = {**os.environ, "FABRIC_BASE_URL": server.base_url}
         resumed = run_fabric("resume", result["run_id"], "--json", cwd=tmp_path, env=env)
         requests = server.requests
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == 3, resumed.stderr  # done, unconfirmed
     done = json.loads(resumed.stdout)
-    assert (done["status"], done["run_id"]) == ("completed", result["run_id"])
+    assert (done["status"], done["run_id"]) == ("completed_unconfirmed", result["run_id"])
     assert done["payload"]["summary"] == "said hello"
     # the step cut by Ctrl-C had no reply: the model is asked it again, with the same task
     [request] = requests
@@ -99,4 +99,4 @@ def test_ctrl_c_prints_the_json_result_and_the_run_resumes(tmp_path: Path) -> No
     events = assert_valid_runlog(runlog)  # one log, ending with the resumed run's end
     [again] = [e for e in events if e["kind"] == "run_resumed"]
     assert again["reason"] == "cancelled" and again["ended"]["status"] == "cancelled"
-    assert events[-1]["status"] == "completed"
+    assert events[-1]["status"] == "completed_unconfirmed"

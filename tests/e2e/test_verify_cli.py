@@ -96,13 +96,43 @@ def test_a_real_fix_is_verified_and_completes(tmp_path: Path) -> None:
     events = assert_valid_runlog(Path(result["runlog"]))
     (check,) = [e for e in events if e["kind"] == "verification" and "command" in e]
     assert check["ok"] and check["exit_code"] == 0
+    # the tests failed when the pack looked first and pass now: that confirms the fix
+    assert (check["before"], check["confirms"]) == (1, True)
+    assert next(e for e in events if e["kind"] == "brief")["ran"] == {check["command"]: 1}
+
+
+def test_an_answer_in_a_project_whose_tests_pass_is_done_but_unconfirmed(tmp_path: Path) -> None:
+    """Tests that passed before the run pass after a run that changed nothing: they cannot
+    show that a question was answered right, and fabric says so instead of ``completed``."""
+    answer = completion(None, [("finish_task", {"summary": "add returns the sum of a and b"})])
+    with MockOpenAIServer([answer]) as server:
+        ws, config = project(tmp_path, server.base_url)
+        (ws / "calc.py").write_text(FIXED)
+        code, out, err = fabric(config, ws, "--json", "What does add in calc.py return?")
+    assert code == 3, err
+    result = json.loads(out)
+    assert result["status"] == "completed_unconfirmed"
+    assert result["payload"] == {"summary": "add returns the sum of a and b"}
+    assert result["error"]["code"] == "unconfirmed"
+    assert (
+        "they passed before the run too, so they do not show the work"
+        in (result["error"]["message"])
+    )
+    assert "completed_unconfirmed after 1 step(s)" in err
+    events = assert_valid_runlog(Path(result["runlog"]))
+    (check,) = [e for e in events if e["kind"] == "verification" and "command" in e]
+    assert (check["ok"], check["before"], check["confirms"]) == (True, 0, False)
+    shown = run_fabric("show", result["runlog"], cwd=tmp_path)
+    assert "none of them confirms it was done" in shown.stdout
 
 
 def test_verify_and_no_verify_choose_the_check_for_one_task(tmp_path: Path) -> None:
     with MockOpenAIServer(claims_done("def add(a, b):\n    return 0\n")) as server:
         ws, config = project(tmp_path, server.base_url)
         code, out, err = fabric(config, ws, "--json", "--no-verify", "Fix add")
-    assert code == 0, err  # nothing checked: the claim stands, as the user asked
+    # nothing checked: the claim stands, as the user asked, but it is not said to be confirmed
+    assert code == 3, err
+    assert json.loads(out)["status"] == "completed_unconfirmed"
     events = assert_valid_runlog(Path(json.loads(out)["runlog"]))
     # no command check: only the pack's own check of the summary's figures, which has none
     assert events[0]["verify"] == [SEEN] and events[0]["verify_override"] == "off"

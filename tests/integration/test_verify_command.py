@@ -5,15 +5,16 @@ are any and the run changed something."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from fabric.application.context import ToolContext
-from fabric.application.verify import RunRecord, ToolUse
+from fabric.application.verify import RunRecord, ToolUse, Verdict
 from fabric.domain.errors import ConfigError, RunError, SandboxError
 from fabric.infrastructure.sandbox import command_runner
-from fabric.infrastructure.tools.verifiers import CommandVerifier, has_pytest_tests
+from fabric.infrastructure.tools.verifiers import AUTO_COMMAND, CommandVerifier, has_pytest_tests
 
 WROTE = RunRecord([ToolUse("write_file", {"path": "calc.py"}, True, "wrote calc.py")])
 READ = RunRecord([ToolUse("read_file", {"path": "calc.py"}, True, "...")])
@@ -41,7 +42,11 @@ def test_auto_runs_the_projects_tests_and_passes_when_they_do(ctx: ToolContext) 
     assert verdict.detail == {
         "command": "python -m pytest -q -x -p no:cacheprovider",
         "exit_code": 0,
+        "before": None,  # the record has no brief's run of them: not known
     }
+    assert not verdict.confirms and "how they fared before the run is not known" in (
+        verdict.summary
+    )
 
 
 def test_auto_fails_with_the_failing_test_as_evidence(ctx: ToolContext) -> None:
@@ -112,6 +117,7 @@ def test_the_engineering_brief_lists_the_files_and_says_how_the_tests_fare(
     assert "The tests fail now" in text and "assert -1 == 5" in text
     assert "calc.py:\n  1| def add(a, b):\n  2|     return a - b" in text  # the code under test
     assert told.keep == () and "kept as they are" not in text  # not asked to keep tests
+    assert told.ran == {"python -m pytest -q -x -p no:cacheprovider": 1}  # for the end's check
     (fixed := ctx.workspace.parent / "fixed").mkdir()
     project(fixed)
     runner = command_runner(ctx.sandbox, fixed)
@@ -119,6 +125,7 @@ def test_the_engineering_brief_lists_the_files_and_says_how_the_tests_fare(
     passing = asyncio.run(brief(ToolContext("r", fixed, ctx.sandbox, commands=runner)))
     assert "The tests pass now" in passing.text and "1 passed" in passing.text
     assert passing.keep == ()  # nothing fails, nothing kept
+    assert passing.ran == {"python -m pytest -q -x -p no:cacheprovider": 0}
     (other := ctx.workspace / "plain").mkdir()
     (other / "notes.md").write_text("hi\n")
     bare = asyncio.run(WorkspaceBrief()(ToolContext("r", other, ctx.sandbox))).text
@@ -167,6 +174,35 @@ def test_a_pass_after_the_run_changed_the_tests_says_so(ctx: ToolContext) -> Non
     assert verdict is not None and verdict.ok  # the tests pass: that is what was observed
     assert "the run changed tests or their settings: tests/test_calc.py" in verdict.summary
     assert verdict.detail["tests_changed"] == ["tests/test_calc.py"]
+    failing_before = dataclasses.replace(record, before={AUTO_COMMAND: 1})
+    again = check(CommandVerifier("auto"), ctx, failing_before)
+    assert again is not None and again.ok and not again.confirms  # changed tests prove nothing
+
+
+def test_the_tests_confirm_the_work_only_when_they_failed_before_the_run(
+    ctx: ToolContext,
+) -> None:
+    """A whole test suite that passed before the run passes after a run that did nothing;
+    one that failed before and passes now shows the fix. A command someone named for the
+    task is their definition of done, so its pass confirms."""
+    project(ctx.workspace)
+
+    def verdict(record: RunRecord, command: str = "auto") -> Verdict:
+        made = check(CommandVerifier(command), ctx, record)
+        assert made is not None and made.ok, made
+        return made
+
+    fixed = verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 1}))
+    assert fixed.confirms and fixed.detail["before"] == 1
+    assert fixed.summary == f"`{AUTO_COMMAND}` passed (exit code 0)"
+    unchanged = verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 0}))
+    assert not unchanged.confirms
+    assert unchanged.summary.endswith(
+        "they passed before the run too, so they do not show the work"
+    )
+    assert not verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 5})).confirms
+    named = verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 0}), "python -m pytest -q")
+    assert named.confirms and "before" not in named.detail
 
 
 def test_no_tests_collected_after_the_run_touched_their_settings_is_no_pass(

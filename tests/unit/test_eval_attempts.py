@@ -132,13 +132,19 @@ def test_the_cases_verify_reaches_the_run_and_checks_judge_the_workspace(tmp_pat
 
     failing = "python -c 'raise SystemExit(3)'"
     check = RunCheck(run="cat done.txt", output_contains="done")
-    cases = [_case("checked", verify=failing, checks=(check,)), _case("unchecked")]
+    cases = [
+        _case("checked", verify=failing, checks=(check,)),
+        _case("confirmed", verify="cat done.txt"),
+        _case("unchecked"),
+    ]
     _, log = _eval(tmp_path, _runner(tmp_path, work), cases)
     by_case = {r.case: r for r in log.records}
     checked, unchecked = by_case["checked"], by_case["unchecked"]
     assert checked.status == "unverified" and checked.passed and not checked.false_success
     assert checked.checks[0].evidence == "exit code 0"
-    assert (unchecked.status, unchecked.passed) == ("completed", True)
+    assert (by_case["confirmed"].status, by_case["confirmed"].passed) == ("completed", True)
+    # no command checked it (verify: off): done, the eval's checks say, but not confirmed
+    assert (unchecked.status, unchecked.passed) == ("completed_unconfirmed", True)
     started = read_events(tmp_path / "out" / checked.runlog)[0]
     assert started["workspace"] == str((tmp_path / "out" / "work" / "checked" / "1").resolve())
     assert (tmp_path / "out" / "work" / "unchecked" / "1" / "done.txt").read_text() == "done"
@@ -199,6 +205,26 @@ def test_results_per_case_tier_and_overall() -> None:
     assert "`fabric eval s`" in summary and "**3 attempt(s) not made yet**" in summary
     assert "| a | easy | 2/3 | 67% (21% to 94%) | @1 67%, @2 100%, @3 100% | 1 |" in summary
     assert "| b | 2 | max_steps | run: t: exit code 0 | [b-2](runs/b-2/runlog.jsonl) |" in summary
+
+
+def test_an_unconfirmed_claim_that_failed_is_counted_apart_from_false_successes() -> None:
+    """``completed_unconfirmed`` told the reader to look: when the case's checks fail it is
+    not a false success, but the summary still counts it, beside them."""
+    unconfirmed = "completed_unconfirmed"
+    records = [
+        _record("a", 1, passed=False, status=unconfirmed),
+        _record("a", 2, passed=True, status=unconfirmed),
+        _record("a", 3, passed=False),
+    ]
+    results = build_results(records, [_case("a")], 3, {"suite": {"name": "s"}, "command": "c"})
+    [a] = results["cases"]
+    assert (a["false_successes"], a["unconfirmed_failures"]) == (1, 1)
+    assert [r["unconfirmed_failure"] for r in a["runs"]] == [True, False, False]
+    again = AttemptRecord.from_json(records[0].as_json())
+    assert again.unconfirmed_failure and again.extra == {}
+    summary = render_summary(results)
+    assert "| false successes | unconfirmed, failed |" in summary
+    assert "| a | easy | 1/3 | 33% (6% to 79%) | @1 33%, @2 67%, @3 100% | 1 | 1 |" in summary
 
 
 def test_compare_says_which_differences_are_beyond_the_noise() -> None:
@@ -291,13 +317,15 @@ def test_neither_runs_nor_checks_can_read_the_suite(tmp_path: Path, backend: str
     )
     [record] = report.run.finished
     refused = ("No such file", "Permission denied")  # bubblewrap / Landlock
-    assert record.false_success and any(r in record.checks[0].evidence for r in refused)
+    # it claimed the copy was done (no check could confirm it) and the case's check failed
+    assert record.unconfirmed_failure and any(r in record.checks[0].evidence for r in refused)
     events = read_events(tmp_path / "out" / record.runlog)
     assert events[0]["confinement"]["backend"] == backend
     [result] = [e for e in events if e["kind"] == "tool_result"]
     assert any(r in result["output"] for r in refused), result["output"]
     assert "THE-REFERENCE" not in result["output"]
-    assert report.results["overall"]["false_successes"] == 1
+    assert report.results["overall"]["unconfirmed_failures"] == 1
+    assert report.results["overall"]["false_successes"] == 0
     assert (tmp_path / "out" / "summary.md").is_file()
 
 

@@ -68,7 +68,7 @@ def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: P
     with pytest.raises(ConfigError, match="--max-steps above 2"):
         plan_resume(events)
     result = asyncio.run(runner.resume(events, path, max_steps=5))
-    assert result.status.value == "completed", result.error
+    assert result.status.value == "completed_unconfirmed", result.error
     assert result.run_id == first.run_id and result.steps == 4
     assert model.steps == [1, 2, 3, 4]
     assert (workspace / "log.txt").read_text() == "1\n2\n3\n"
@@ -82,7 +82,7 @@ def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: P
     assert mark["from_step"] == 3 and mark["reason"] == "max_steps"
     ended = {k: v for k, v in events[-1].items() if k not in {"v", "seq", "run_id", "kind"}}
     assert mark["ended"] == ended and ended["status"] == "max_steps" and ended["steps"] == 2
-    assert after[-1]["kind"] == "run_finished" and after[-1]["status"] == "completed"
+    assert after[-1]["kind"] == "run_finished" and after[-1]["status"] == "completed_unconfirmed"
     # usage counts the steps fed back from the log too
     assert after[-1]["usage"]["total_tokens"] == 4 * 15
     # the log of a resumed run still replays as one run of four steps
@@ -118,7 +118,7 @@ def test_a_half_done_step_and_a_torn_line_are_redone(tmp_path: Path, workspace: 
     assert problems and "torn" in problems[0]
     assert plan_resume(events).completed == 1
     result = asyncio.run(runner.resume(events, path, max_steps=5))
-    assert result.status.value == "completed", result.error
+    assert result.status.value == "completed_unconfirmed", result.error
     assert model.steps == [1, 2, 2, 3]
     assert (workspace / "log.txt").read_text() == "1\n2\n"
     after = read_events(path)

@@ -150,9 +150,11 @@ def test_a_check_that_cannot_run_ends_the_run_unverified_at_once(workspace: Path
 
 def test_nothing_to_check_is_recorded_as_skipped(workspace: Path) -> None:
     result, log, _ = run(pack(Check(None)), [finish()], workspace)
-    assert result.status is RunStatus.COMPLETED
+    # a check with nothing to check confirms nothing: the claim is kept, said to be unconfirmed
+    assert result.status is RunStatus.COMPLETED_UNCONFIRMED and not result.succeeded
+    assert result.payload == {"summary": "fixed it"}
     event = next(e for e in log.events if e["kind"] == "verification")
-    assert event["skipped"] is True and event["ok"] is True
+    assert event["skipped"] is True and event["ok"] is True and event["confirms"] is False
 
 
 def test_checks_see_every_tool_call_uncut(workspace: Path) -> None:
@@ -168,6 +170,59 @@ def test_checks_see_every_tool_call_uncut(workspace: Path) -> None:
     run(pack(Spy()), [tool_call("note", text="x" * 20_000), finish()], workspace)
     (use,) = seen[0].uses
     assert use.name == "note" and use.ok and len(use.output) == len("noted: ") + 20_000
+
+
+UNSURE = Verdict(True, "the summary's 2 figure(s) were all seen in the run", confirms=False)
+
+
+def test_passes_that_cannot_confirm_the_work_end_the_run_completed_unconfirmed(
+    workspace: Path,
+) -> None:
+    result, log, _ = run(pack(Check(UNSURE, name="figures")), [finish()], workspace)
+    assert result.status is RunStatus.COMPLETED_UNCONFIRMED and not result.succeeded
+    assert result.payload == {"summary": "fixed it"}  # the claim, for the reader to judge
+    assert result.error is not None and result.error["code"] == "unconfirmed"
+    assert "- figures: the summary's 2 figure(s) were all seen" in result.error["message"]
+    assert "verify" in result.error["hint"]
+    end = log.events[-1]
+    assert end["status"] == "completed_unconfirmed" and end["error"] == result.error
+    [event] = [e for e in log.events if e["kind"] == "verification"]
+    assert (event["ok"], event["confirms"]) == (True, False)
+
+
+def test_one_check_that_confirms_the_work_is_enough_to_complete(workspace: Path) -> None:
+    checks = (Check(UNSURE, name="figures"), Check(PASSED))
+    result, log, _ = run(pack(*checks), [finish()], workspace)
+    assert result.status is RunStatus.COMPLETED and result.error is None
+    events = [e for e in log.events if e["kind"] == "verification"]
+    assert [(e["check"], e["confirms"]) for e in events] == [("figures", False), ("tests", True)]
+
+
+def test_a_pack_without_checks_completes_on_a_valid_claim(workspace: Path) -> None:
+    result, log, _ = run(pack(), [finish()], workspace)
+    assert result.status is RunStatus.COMPLETED
+    assert "verification" not in kinds(log.events)
+
+
+def test_a_replay_of_an_unconfirmed_run_ends_unconfirmed_again(workspace: Path) -> None:
+    check = Check(UNSURE)
+    _result, log, _ = run(pack(check), [finish()], workspace)
+    again = Check()  # would fail if it were asked
+    report = asyncio.run(
+        replay(log.events, pack=pack(again), runlog=MemoryRunLog("r2"), run_id="r2",
+               workspace=workspace)
+    )  # fmt: skip
+    assert report.identical, report.divergence
+    assert report.result.status is RunStatus.COMPLETED_UNCONFIRMED and again.ran == 0
+
+
+def test_a_pass_recorded_before_fabric_told_confirming_checks_apart_still_confirms() -> None:
+    """Runlogs of older fabric have no ``confirms``: every pass counted then, and a replay of
+    such a log reaches the ``completed`` it recorded."""
+    old = {"check": "tests", "ok": True, "summary": "`pytest -q` passed (exit code 0)"}
+    assert Verdict.from_event(old).confirms is None  # counted as confirming
+    assert "confirms" not in Verdict.from_event(old).as_event()  # a replay writes it as it was
+    assert Verdict.from_event({**old, "confirms": False}).confirms is False
 
 
 def test_a_replay_answers_the_checks_from_the_runlog(workspace: Path) -> None:
@@ -292,14 +347,16 @@ def test_quotes_read_during_the_run_are_accepted_loosely(workspace: Path) -> Non
         ),
     ]
     result, log = research(workspace, script)
-    assert result.status is RunStatus.COMPLETED, result.error
+    # real quotes ground an answer; whether it answers the question is the reader's to judge
+    assert result.status is RunStatus.COMPLETED_UNCONFIRMED, result.error
     event = next(e for e in log.events if e["kind"] == "verification")
     assert event["ok"] and event["summary"] == "all 3 citation(s) were read and quoted"
+    assert event["confirms"] is False
 
 
 def test_an_answer_without_citations_has_nothing_to_check(workspace: Path) -> None:
     result, log = research(workspace, [cite()])
-    assert result.status is RunStatus.COMPLETED
+    assert result.status is RunStatus.COMPLETED_UNCONFIRMED
     assert next(e for e in log.events if e["kind"] == "verification")["skipped"] is True
 
 
@@ -456,7 +513,7 @@ def test_a_model_told_which_figure_is_unquoted_can_fix_its_answer(workspace: Pat
         finish_schema={"type": "object"},
     )
     result, log, chat = run(p, script, workspace, repairs=1)
-    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.status is RunStatus.COMPLETED_UNCONFIRMED, result.error
     shown = [m for m in chat.requests[2][0] if m.get("role") == "tool"][-1]["content"]
     assert UNQUOTED.format("3.4") in shown and "06:40" not in shown
     checks = [e for e in log.events if e["kind"] == "verification"]

@@ -49,6 +49,19 @@ _UNCHECKED = {
 }
 
 
+def _unconfirmed(passes: list[str]) -> dict[str, str]:
+    """Why a run whose checks all passed is not ``completed``: the passes, none a proof."""
+    lines = "\n".join(f"- {p}" for p in passes)
+    return {
+        "code": "unconfirmed",
+        "message": "the work passed every check, but none of them confirms it was done:\n"
+        + lines,
+        "hint": "read the result before you rely on it; a check that fails without the work "
+        "(a test of the change, or verify.command / --verify naming one) lets fabric confirm "
+        "it",
+    }
+
+
 class _Stop(Exception):
     """Ends the loop with a status; raised by helpers, caught once in ``execute_task``."""
 
@@ -141,8 +154,10 @@ class _Run:
         except Exception as exc:  # a pack's own bug: the run goes on without the look
             found = f"(fabric could not look at the workspace first: {type(exc).__name__}: {exc})"
         told = found if isinstance(found, Briefing) else Briefing(str(found))
-        self.record.brief = told.text
+        self.record.brief, self.record.before = told.text, told.ran
         event: dict[str, Any] = {"text": told.text, "duration_ms": _ms(started)}
+        if told.ran:
+            event["ran"] = dict(told.ran)
         if told.keep:
             event |= {"keep": list(told.keep), "keep_why": told.why}
             root = self.ctx.workspace.resolve()
@@ -307,15 +322,22 @@ class _Run:
             problems = "\n".join(f"- {e}" for e in errors)
             self._count_repair(problems)
             raise ToolError(FINISH_INVALID.format(problems=problems))
-        await self._verify(call_id, arguments)
+        unconfirmed = await self._verify(call_id, arguments)
+        if unconfirmed:
+            raise _Stop(RunStatus.COMPLETED_UNCONFIRMED, arguments, _unconfirmed(unconfirmed))
         raise _Stop(RunStatus.COMPLETED, payload=arguments)
 
-    async def _verify(self, call_id: str, payload: dict[str, Any]) -> None:
+    async def _verify(self, call_id: str, payload: dict[str, Any]) -> list[str]:
         """Run the pack's checks of the work, each recorded as a ``verification`` event; a
         failed one goes back to the model as this finish_task's result (a repair round). A
         check that cannot run at all ends the run ``unverified``. A cancel ends the run
         before the next check, ``cancelled`` with the claim kept as its payload: unchecked,
-        it is not ``completed``, and it is not thrown away either."""
+        it is not ``completed``, and it is not thrown away either.
+
+        When all pass, the passes that do not confirm the work (each ``check: summary``);
+        empty when one of them confirms it, or when the pack has no checks."""
+        unconfirmed: list[str] = []
+        confirmed = not self.pack.verifiers
         for verifier in self.pack.verifiers:
             if self.cancel.is_set():
                 raise _Stop(RunStatus.CANCELLED, payload, _UNCHECKED)
@@ -338,11 +360,15 @@ class _Run:
                 message = f"the work could not be verified ({verifier.name}): {exc.message}"
                 raise _Stop(RunStatus.UNVERIFIED, payload, {**error, "message": message}) from exc
             if verdict is None:
-                verdict = Verdict(True, "nothing to check in this run", detail=_SKIPPED)
+                verdict = Verdict(
+                    True, "nothing to check in this run", detail=_SKIPPED, confirms=False
+                )
             self.log.emit(
                 "verification", {**event, **verdict.as_event(), "duration_ms": _ms(started)}
             )
             if verdict.ok:
+                confirmed = confirmed or verdict.confirms is not False
+                unconfirmed.append(f"{verifier.name}: {verdict.summary}")
                 continue
             self._count_repair(
                 f"{verdict.summary}\n{verdict.evidence}".strip(),
@@ -357,6 +383,7 @@ class _Run:
                     left=left,
                 )
             )
+        return [] if confirmed else unconfirmed
 
     def _count_repair(
         self,

@@ -26,6 +26,9 @@ class Briefing:
     text: str
     keep: tuple[str, ...] = ()
     why: str = ""
+    ran: Mapping[str, int] = field(default_factory=dict)
+    """Commands the brief ran and their exit codes (e.g. the project's tests), so a check
+    made at the end knows whether it passed before the run changed anything."""
 
 
 Brief = Callable[[ToolContext], Awaitable["str | Briefing"]]

@@ -338,7 +338,9 @@ class _RecordedVerifier:
         event = self._events.popleft()
         if isinstance(event.get("error"), Mapping):
             raise _RecordedCheckError(event["error"])
-        return None if event.get("skipped") else Verdict.from_event(event)
+        # a skipped check too: its recorded verdict says whether it confirmed (older logs:
+        # every pass did), so an old completed run replays completed
+        return Verdict.from_event(event)
 
 
 def recorded_verifiers(
@@ -380,6 +382,7 @@ def recorded_brief(recording: Recording) -> Brief | None:
         str(event.get("text", "")),
         tuple(str(p) for p in event.get("keep") or ()),
         str(event.get("keep_why", "")),
+        {str(k): int(v) for k, v in (event.get("ran") or {}).items()},
     )
 
     async def brief(ctx: ToolContext) -> Briefing:

@@ -5,6 +5,11 @@ happened: the project's tests pass in the workspace now, the cited pages were re
 during the run. A failed check goes back to the model as the result of its finish_task call
 (a repair round, like a schema error); when the rounds run out the run ends ``unverified``
 with the evidence. Every check is recorded in the runlog as a ``verification`` event.
+
+Passing a check is not always proof. Tests that passed before the run began pass after a run
+that did nothing; a real quote does not make an answer right. A verdict says whether its pass
+*confirms* the work; when a pack's checks all pass and none confirms, the run ends
+``completed_unconfirmed`` rather than ``completed`` (ADR 0016).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class RunRecord:
     (the figures of a question need no quote)."""
     brief: str = ""
     """What the pack's brief told the model before its first step (seen, like tool output)."""
+    before: Mapping[str, int] = field(default_factory=dict)
+    """The commands the brief ran before the first step and their exit codes: how the
+    project's checks fared before the run changed anything."""
 
     def used(self, *names: str) -> bool:
         """Whether the run called one of the tools ``names`` (successfully or not)."""
@@ -64,6 +72,7 @@ class Verdict:
             "ok",
             "summary",
             "evidence",
+            "confirms",
             "error",
             "duration_ms",
         }
@@ -75,10 +84,16 @@ class Verdict:
     evidence: str = ""
     detail: Mapping[str, Any] = field(default_factory=dict)
     """Check-specific facts for the runlog, e.g. the command and its exit code."""
+    confirms: bool | None = True
+    """Whether a pass shows the work was done: False for a check that only finds nothing
+    wrong (the figures were seen; tests that passed before the run and pass now). None: not
+    recorded (a runlog of a fabric that counted every pass as confirming, which it then is)."""
 
     def as_event(self) -> dict[str, Any]:
         """The fields of its ``verification`` event (the loop adds the check's name)."""
         event: dict[str, Any] = {"ok": self.ok, "summary": self.summary}
+        if self.ok and self.confirms is not None:
+            event["confirms"] = self.confirms
         if self.evidence:
             event["evidence"] = self.evidence
         event.update(self.detail)
@@ -93,6 +108,9 @@ class Verdict:
             str(event.get("summary", "")),
             str(event.get("evidence", "")),
             detail,
+            # None in runlogs written before fabric told the two apart (every pass confirmed);
+            # kept as None so that a replay writes the event as it was
+            confirms=None if "confirms" not in event else bool(event["confirms"]),
         )
 
 

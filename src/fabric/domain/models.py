@@ -148,10 +148,14 @@ class ToolSpec:
 
 
 class RunStatus(enum.StrEnum):
-    """How a run ended. Only ``completed`` means finish_task succeeded."""
+    """How a run ended. Only ``completed`` means the work is done as far as fabric can tell."""
 
     COMPLETED = "completed"
-    """finish_task was called with arguments that match the pack's schema."""
+    """finish_task was called with arguments that match the pack's schema, and, for a pack
+    that checks its work, a check that would have failed without the work passed."""
+    COMPLETED_UNCONFIRMED = "completed_unconfirmed"
+    """finish_task was valid and passed every check, but none of them could confirm the work
+    itself (the answer to a question; tests that passed before the run began): read it."""
     COMPLETED_FROM_TEXT = "completed_from_text"
     """The model stopped calling tools, even after a nudge; the payload wraps its text."""
     INVALID_OUTPUT = "invalid_output"

@@ -11,6 +11,7 @@ TIMEOUT = "timeout"
 ERROR = "error"
 """The status of an attempt whose run could not be made (fabric's own failure)."""
 COMPLETED = "completed"
+UNCONFIRMED = "completed_unconfirmed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,12 @@ class AttemptRecord:
         """The run claimed it was done, and the checks (all of them made) say it was not."""
         return self.status == COMPLETED and not self.passed and not self.check_error
 
+    @property
+    def unconfirmed_failure(self) -> bool:
+        """The run said it was done but that its checks could not confirm it (a status that
+        asks the reader to look), and the eval's checks say it was not done."""
+        return self.status == UNCONFIRMED and not self.passed and not self.check_error
+
     def as_json(self) -> dict[str, Any]:
         return {
             **self.extra,
@@ -95,6 +102,7 @@ class AttemptRecord:
             "status": self.status,
             "passed": self.passed,
             "false_success": self.false_success,
+            "unconfirmed_failure": self.unconfirmed_failure,
             "checks": [c.as_json() for c in self.checks],
             "steps": self.steps,
             "tokens": self.tokens,
@@ -111,7 +119,7 @@ class AttemptRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AttemptRecord:
         """A record read back; KeyError or ValueError when a needed key is missing or wrong."""
-        known = {*cls.__dataclass_fields__, "false_success"}
+        known = {*cls.__dataclass_fields__, "false_success", "unconfirmed_failure"}
         cost = data.get("cost_usd")
         error = data.get("error")
         return cls(

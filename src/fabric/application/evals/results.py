@@ -109,6 +109,7 @@ def _common(records: Sequence[AttemptRecord]) -> dict[str, Any]:
         "pass_rate": _round(passed / attempts) if attempts else None,
         "interval": [_round(low), _round(high)],
         "false_successes": sum(r.false_success for r in records),
+        "unconfirmed_failures": sum(r.unconfirmed_failure for r in records),
         "check_errors": sum(r.check_error for r in records),
         "mean_steps": _mean(r.steps for r in records),
         "mean_tokens": _mean(r.tokens for r in records),

@@ -11,6 +11,7 @@ _FIGURE_HEAD = [
     "pass rate (95% CI)",
     "pass@k",
     "false successes",
+    "unconfirmed, failed",
     "mean steps",
     "mean tokens",
     "cost (total / mean)",
@@ -40,6 +41,11 @@ def render_summary(results: Mapping[str, Any]) -> str:
         ),
         "",
         render_tables(results),
+        "",
+        "A false success ended `completed`, which fabric only says when one of the pack's own "
+        "checks confirmed the work, and failed the case's checks. \"Unconfirmed, failed\" "
+        "ended `completed_unconfirmed` (the pack's checks passed but none could confirm the "
+        "work, so the run asked to be read) and failed them.",
         "",
     ]
     failed = [
@@ -97,7 +103,7 @@ def percent(value: float | None) -> str:
 
 def _figures(f: Mapping[str, Any]) -> list[str]:
     if not f.get("attempts"):
-        return ["0", "-", "-", "-", "-", "-", "-", "-", "-"]
+        return ["0", "-", "-", "-", "-", "-", "-", "-", "-", "-"]
     low, high = f["interval"]
     rate = f"{percent(f['pass_rate'])} ({percent(low)} to {percent(high)})"
     at_k = ", ".join(f"@{k} {percent(v)}" for k, v in (f.get("pass_at_k") or {}).items())
@@ -112,6 +118,7 @@ def _figures(f: Mapping[str, Any]) -> list[str]:
         rate,
         at_k or "-",
         str(f["false_successes"]),
+        str(f.get("unconfirmed_failures", 0)),  # results.json of older fabric: not counted
         _num(f.get("mean_steps")),
         _num(f.get("mean_tokens"), 0),
         cost,

@@ -65,7 +65,7 @@ class WorkspaceBrief:
         if tests.text:
             parts.append(tests.text)
         text = "Before you start, fabric looked at the workspace.\n\n" + "\n\n".join(parts)
-        return Briefing(text, tests.keep, tests.why)
+        return Briefing(text, tests.keep, tests.why, tests.ran)
 
     async def _tests(self, ctx: ToolContext) -> Briefing:
         if ctx.commands is None or not await asyncio.to_thread(has_pytest_tests, ctx.workspace):
@@ -78,9 +78,11 @@ class WorkspaceBrief:
         if outcome.stopped:
             return Briefing(f"The tests did not finish: {outcome.stopped}.")
         summary = trim_test_output(outcome.output, self.test_chars).strip()
+        # how the tests fared before the run changed anything: the end's check compares
+        ran = {} if outcome.exit_code is None else {AUTO_COMMAND: outcome.exit_code}
         if outcome.exit_code == 0:
             last = summary.splitlines()[-1] if summary else ""
-            return Briefing(f"The tests pass now (`{AUTO_COMMAND}`): {last}")
+            return Briefing(f"The tests pass now (`{AUTO_COMMAND}`): {last}", ran=ran)
         failing = [t for t in dict.fromkeys(_FAILED_IN.findall(outcome.output)) if _inside(t)]
         modules = await _code_under_test(ctx, failing)
         code = "".join(f"\n\n{module}:\n{text}" for module, text in modules)
@@ -89,13 +91,14 @@ class WorkspaceBrief:
             f"{summary}\n\n{FAILING_NEXT}"
         )
         if not self.keep_failing_tests or not failing:
-            return Briefing(text + code)
+            return Briefing(text + code, ran=ran)
         under_test = ", ".join(m for m, _ in modules) or "the source files"
         kept = ", ".join(failing)
         return Briefing(
             f"{text}\n{KEPT_NOTE.format(tests=kept)}{code}",
             tuple(failing),
             KEPT_WHY.format(code=under_test),
+            ran,
         )
 
 

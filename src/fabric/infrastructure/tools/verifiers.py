@@ -37,7 +37,12 @@ _NO_TESTS_COLLECTED = 5  # pytest's exit code when it found no tests
 
 class CommandVerifier:
     """Runs ``command`` in the finished workspace; exit code 0 passes. ``when='changed'``
-    checks only runs that did more than read (wrote a file, ran a command)."""
+    checks only runs that did more than read (wrote a file, ran a command).
+
+    A command someone named is their definition of done: its pass confirms the work. ``auto``
+    (the project's whole test suite) confirms it only when the brief saw the tests fail before
+    the run began (``RunRecord.before``): tests that already passed pass after a run that did
+    nothing, or answered a question. A run that changed the tests confirms nothing."""
 
     def __init__(
         self,
@@ -87,8 +92,18 @@ class CommandVerifier:
         if touched:  # a model can make tests pass by changing them: the reader should know
             summary += f"; the run changed tests or their settings: {', '.join(touched)}"
             detail["tests_changed"] = touched
+        confirms = not touched
+        if ok and self.command == AUTO:
+            before = record.before.get(command)
+            detail["before"] = before
+            # the whole test suite is a proxy: it shows the work only when it failed before it
+            confirms = confirms and before not in (None, 0, _NO_TESTS_COLLECTED)
+            if before is None:
+                summary += "; how they fared before the run is not known"
+            elif not confirms and not touched:
+                summary += "; they passed before the run too, so they do not show the work"
         evidence = "" if ok else trim_test_output(outcome.output, EVIDENCE_CHARS).strip()
-        return Verdict(ok, summary, evidence, detail)
+        return Verdict(ok, summary, evidence, detail, confirms=confirms)
 
 
 async def run_command(ctx: ToolContext, command: str, timeout: float) -> CommandOutcome:
@@ -254,7 +269,8 @@ class CitationVerifier:
         summary = f"all {len(cited)} citation(s) were read and quoted"
         if stated:
             summary += f"; they hold the answer's {len(stated)} figure(s)"
-        return Verdict(True, summary)
+        # read pages and real quotes ground an answer; they do not show it answers the question
+        return Verdict(True, summary, confirms=False)
 
 
 class SeenFigures:
@@ -292,7 +308,11 @@ class SeenFigures:
                 "during the run"
             )
             return Verdict(False, summary, "\n".join(lines), {"unseen": [f.text for f in missing]})
-        return Verdict(True, f"the {self.field}'s {len(stated)} figure(s) were all seen in the run")
+        return Verdict(
+            True,
+            f"the {self.field}'s {len(stated)} figure(s) were all seen in the run",
+            confirms=False,  # seen is not right: a figure can be the wrong one
+        )
 
 
 _LISTED = 12

@@ -1,7 +1,8 @@
 """The ``fabric`` command. Heavy imports happen inside commands so ``fabric --help`` is quick.
 
-Exit codes: 0 the task finished (finish_task accepted), 1 it did not, 2 usage or configuration
-error.
+Exit codes of ``run`` and ``resume``: 0 the task finished and a check of the pack's confirmed
+the work, 3 it finished and every check passed but none could confirm it (read the result), 1
+it did not finish, 2 usage or configuration error.
 """
 
 from __future__ import annotations
@@ -156,7 +157,10 @@ def run(
         bool, typer.Option("--no-verify", help="Do not run the pack's verify.command.")
     ] = False,
 ) -> None:
-    """Run a task with a pack, show each step, print the result and the runlog path."""
+    """Run a task with a pack, show each step, print the result and the runlog path.
+
+    Exits 0 when the work was done and confirmed by the pack's checks, 3 when it was done and
+    every check passed but none could confirm it (read the result), 1 when it was not done."""
 
     from fabric.domain.errors import ConfigError
     from fabric.infrastructure.runlog import new_run_id
@@ -205,13 +209,14 @@ def run(
 def _drive(
     runner: Runner, started: Awaitable[RunResult], runlog: Path, as_json: bool, *, explain: bool
 ) -> NoReturn:
-    """Run (or resume) to the end, print the result, exit 0 done / 1 not done / 2 usage."""
+    """Run (or resume) to the end, print the result, exit 0 done / 3 done but unconfirmed /
+    1 not done / 2 usage."""
     import asyncio
 
     from fabric.domain.errors import ConfigError, ModelError
     from fabric.domain.models import RunStatus
 
-    from .render import cancelled_result, describe_failure, print_result
+    from .render import cancelled_result, describe_failure, exit_code, print_result
 
     async def go() -> RunResult:
         try:
@@ -236,7 +241,7 @@ def _drive(
     print_result(result, as_json=as_json)
     if explain and not result.succeeded:
         typer.echo(describe_failure(result), err=True)
-    raise typer.Exit(0 if result.succeeded else 1)
+    raise typer.Exit(exit_code(result))
 
 
 def _status(line: str) -> None:

@@ -82,6 +82,8 @@ class EvalProgress:
         verdict = "passed" if record.passed else "FAILED"
         if record.false_success:
             verdict = "FAILED (false success)"
+        elif record.unconfirmed_failure:
+            verdict = "FAILED (claimed done, unconfirmed)"
         why = next((f"{c.label}: {c.evidence}" for c in record.checks if not c.passed), "")
         if not why and record.error:
             why = str(record.error.get("message", ""))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fabric.domain.errors import ConfigError
-from fabric.domain.models import ChatDelta, RunResult
+from fabric.domain.models import ChatDelta, RunResult, RunStatus
 from fabric.domain.runlog import check_versions
 from fabric.domain.secrets import Secrets
 
@@ -292,9 +292,26 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
     print(f"runlog: {result.runlog_path}")
 
 
+UNCONFIRMED_EXIT = 3
+"""The exit code of a run that ended ``completed_unconfirmed``: done as the model says and
+every check passed, but none could confirm it (0 is for work fabric confirmed, 1 for work
+not done): a script that only trusts 0 does not take an unconfirmed claim as done."""
+
+
+def exit_code(result: RunResult) -> int:
+    """How ``fabric run`` and ``fabric resume`` exit on a run's end (2, usage, is decided
+    before a run starts)."""
+    if result.status is RunStatus.COMPLETED_UNCONFIRMED:
+        return UNCONFIRMED_EXIT
+    return 0 if result.succeeded else 1
+
+
 def describe_failure(result: RunResult) -> str:
-    """Why a run did not finish, with what to do next, for a person reading stderr."""
+    """Why a run did not finish, or could not be confirmed, with what to do next, for a person
+    reading stderr."""
     text = f"the task did not finish: {result.status.value} after {result.steps} step(s)"
+    if result.status is RunStatus.COMPLETED_UNCONFIRMED:
+        text = f"done, but not confirmed: {result.status.value} after {result.steps} step(s)"
     if result.error:
         text += f"\n{result.error.get('message', '')}"
         if result.error.get("hint"):
@@ -306,7 +323,7 @@ def cancelled_result(runlog: Path) -> RunResult:
     """How a run stopped by Ctrl-C ended, from the ``run_finished`` its runlog ends with (the
     loop logs the end, then the interrupt goes on, so no ``RunResult`` comes back); without
     one (cut off before its runlog began, or before its end was logged) it is ``cancelled``."""
-    from fabric.domain.models import RunStatus, Usage
+    from fabric.domain.models import Usage
     from fabric.infrastructure.runlog import read_runlog
 
     try:
