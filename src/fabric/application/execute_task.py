@@ -54,8 +54,7 @@ def _unconfirmed(passes: list[str]) -> dict[str, str]:
     lines = "\n".join(f"- {p}" for p in passes)
     return {
         "code": "unconfirmed",
-        "message": "the work passed every check, but none of them confirms it was done:\n"
-        + lines,
+        "message": "the work passed every check, but none of them confirms it was done:\n" + lines,
         "hint": "read the result before you rely on it; a check that fails without the work "
         "(a test of the change, or verify.command / --verify naming one) lets fabric confirm "
         "it",

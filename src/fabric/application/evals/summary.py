@@ -43,7 +43,7 @@ def render_summary(results: Mapping[str, Any]) -> str:
         render_tables(results),
         "",
         "A false success ended `completed`, which fabric only says when one of the pack's own "
-        "checks confirmed the work, and failed the case's checks. \"Unconfirmed, failed\" "
+        'checks confirmed the work, and failed the case\'s checks. "Unconfirmed, failed" '
         "ended `completed_unconfirmed` (the pack's checks passed but none could confirm the "
         "work, so the run asked to be read) and failed them.",
         "",
