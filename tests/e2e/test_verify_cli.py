@@ -124,6 +124,7 @@ def test_an_answer_in_a_project_whose_tests_pass_is_done_but_unconfirmed(tmp_pat
     assert (check["ok"], check["before"], check["confirms"]) == (True, 0, False)
     shown = run_fabric("show", result["runlog"], cwd=tmp_path)
     assert "none of them confirms it was done" in shown.stdout
+    assert "step  1  checked: `python -m pytest -q -x -p no:cacheprovider` passed" in shown.stdout
 
 
 def test_verify_and_no_verify_choose_the_check_for_one_task(tmp_path: Path) -> None:

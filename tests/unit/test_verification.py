@@ -204,16 +204,21 @@ def test_a_pack_without_checks_completes_on_a_valid_claim(workspace: Path) -> No
     assert "verification" not in kinds(log.events)
 
 
-def test_a_replay_of_an_unconfirmed_run_ends_unconfirmed_again(workspace: Path) -> None:
-    check = Check(UNSURE)
-    _result, log, _ = run(pack(check), [finish()], workspace)
-    again = Check()  # would fail if it were asked
+def replayed(log: MemoryRunLog, workspace: Path) -> Any:
+    """The replay of a recorded run with a check that would fail if it were asked."""
+    again = Check()
     report = asyncio.run(
         replay(log.events, pack=pack(again), runlog=MemoryRunLog("r2"), run_id="r2",
                workspace=workspace)
     )  # fmt: skip
     assert report.identical, report.divergence
-    assert report.result.status is RunStatus.COMPLETED_UNCONFIRMED and again.ran == 0
+    assert again.ran == 0
+    return report
+
+
+def test_a_replay_of_an_unconfirmed_run_ends_unconfirmed_again(workspace: Path) -> None:
+    _result, log, _ = run(pack(Check(UNSURE)), [finish()], workspace)
+    assert replayed(log, workspace).result.status is RunStatus.COMPLETED_UNCONFIRMED
 
 
 def test_a_pass_recorded_before_fabric_told_confirming_checks_apart_still_confirms() -> None:
@@ -229,23 +234,13 @@ def test_a_replay_answers_the_checks_from_the_runlog(workspace: Path) -> None:
     check = Check(FAILED, PASSED)
     script = [finish("done"), tool_call("note", text="b"), finish()]
     _result, log, _ = run(pack(check), script, workspace)
-    again = Check()  # would fail if it were asked
-    report = asyncio.run(
-        replay(log.events, pack=pack(again), runlog=MemoryRunLog("r2"), run_id="r2",
-               workspace=workspace)
-    )  # fmt: skip
-    assert report.identical, report.divergence
-    assert report.result.status is RunStatus.COMPLETED and again.ran == 0
+    assert replayed(log, workspace).result.status is RunStatus.COMPLETED
     assert kinds(log.events).count("verification") == 2
 
 
 def test_a_replay_of_an_unverified_run_ends_unverified_again(workspace: Path) -> None:
     _result, log, _ = run(pack(Check(FAILED, FAILED)), [finish(), finish()], workspace, 1)
-    report = asyncio.run(
-        replay(log.events, pack=pack(Check()), runlog=MemoryRunLog("r2"), run_id="r2",
-               workspace=workspace)
-    )  # fmt: skip
-    assert report.identical and report.result.status is RunStatus.UNVERIFIED
+    assert replayed(log, workspace).result.status is RunStatus.UNVERIFIED
 
 
 def test_a_resumed_run_checks_its_new_steps_for_real(workspace: Path) -> None:

@@ -130,10 +130,13 @@ def _describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, An
 
 
 def _verification(event: Mapping[str, Any]) -> str | None:
-    """``step 4  verified: `pytest -q` passed``, or the failure with its evidence indented."""
+    """``step 4  verified: `pytest -q` passed``, ``checked:`` for a pass that does not confirm
+    the work, or the failure with its evidence indented."""
     if event.get("skipped"):
         return None
-    word = "verified" if event.get("ok") else "NOT verified"
+    word = "NOT verified"
+    if event.get("ok"):
+        word = "checked" if event.get("confirms") is False else "verified"
     line = f"  step {event['step']:>2}  {word}: {_first_line(str(event.get('summary', '')), 120)}"
     evidence = str(event.get("evidence", "")).strip()
     if evidence and not event.get("ok"):
