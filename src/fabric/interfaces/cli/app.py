@@ -7,7 +7,6 @@ it did not finish, 2 usage or configuration error.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -19,13 +18,12 @@ import typer
 from fabric.domain.errors import FabricError
 
 from .eval_cmd import eval_command
+from .startup import fail, load, redact_output
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from fabric.config.loader import LoadedConfig
     from fabric.domain.models import RunResult
-    from fabric.domain.secrets import Secrets
     from fabric.interfaces.compose import Runner
 
 app = typer.Typer(
@@ -74,54 +72,7 @@ def _before_any_command() -> None:
     # the config, without the configured API keys too (``_load``).
     from fabric.domain.secrets import Secrets
 
-    _redact_output(Secrets.from_env(os.environ))
-
-
-def _redact_output(secrets: Secrets) -> None:
-    """From now on, stdout and stderr (this module's lines, those of the modules it calls,
-    logs) go out through a ``RedactingStream`` with ``secrets``."""
-    from .render import RedactingStream
-
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if isinstance(stream, RedactingStream):
-            stream.secrets = secrets
-        else:
-            setattr(sys, name, RedactingStream(stream, secrets))
-
-
-def _fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
-    if as_json:
-        error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
-        typer.echo(json.dumps({"status": "error", "error": error}, indent=2))
-    typer.echo(f"error: {exc}", err=True)
-    raise typer.Exit(code)
-
-
-def _load(config: Path | None, as_json: bool) -> LoadedConfig:
-    from fabric.config.loader import load_config
-    from fabric.domain.errors import ConfigError
-    from fabric.domain.secrets import Secrets
-    from fabric.infrastructure.packs.run_ledger import (
-        REFUSAL_HINT,
-        close_dead,
-        refusal,
-        written_during_a_run,
-    )
-
-    with contextlib.suppress(OSError):  # a ledger fabric cannot write: the run says so
-        for line in close_dead():  # what a run whose fabric died left in .git
-            typer.echo(f"fabric removed {line}", err=True)
-    try:
-        loaded = load_config(config)
-        window = written_during_a_run(loaded.source) if config is None else None
-        if window is not None:  # found, not named: a run may have left it there
-            raise ConfigError(refusal(loaded.source, window), hint=REFUSAL_HINT)
-    except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
-    # the same as compose.known_secrets(loaded), without importing compose (~100 ms)
-    _redact_output(Secrets.from_env(os.environ, loaded.config.llm.api_key_names))
-    return loaded
+    redact_output(Secrets.from_env(os.environ))
 
 
 @app.command()
@@ -169,10 +120,10 @@ def run(
     from .approve import cli_approver
     from .render import Progress
 
-    loaded = _load(config, as_json)
+    loaded = load(config, as_json)
     name = pack or loaded.config.default_pack
     if name is None:
-        _fail(
+        fail(
             ConfigError(
                 "no pack given",
                 hint=f"pass --pack NAME; packs: {', '.join(loaded.config.packs) or 'none'}",
@@ -182,7 +133,7 @@ def run(
         )
     if verify is not None and no_verify:
         problem = ConfigError("--verify and --no-verify contradict each other", hint="pick one")
-        _fail(problem, as_json=as_json, code=2)
+        fail(problem, as_json=as_json, code=2)
     runner = build_runner(loaded, on_status=None if quiet else _status)
     _refuse_without_search(runner, name, as_json)
     live = sys.stderr.isatty()
@@ -227,9 +178,9 @@ def _drive(
     try:
         result = asyncio.run(go())
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     except ModelError as exc:  # no backend or model could be found: nothing ran
-        _fail(exc, as_json=as_json, code=1)
+        fail(exc, as_json=as_json, code=1)
     except KeyboardInterrupt:  # Ctrl-C: the run logged its end; say it, and how to go on
         result = cancelled_result(runlog)
         if result.runlog_path is None:
@@ -259,11 +210,11 @@ def _refuse_without_search(runner: Runner, pack: str, as_json: bool) -> None:
     try:
         loaded_pack = runner.pack(pack)
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     if offers_search(loaded_pack):
         problem = asyncio.run(search_problem(pack, loaded_pack))
         if problem is not None:
-            _fail(problem, as_json=as_json, code=2)
+            fail(problem, as_json=as_json, code=2)
 
 
 @app.command()
@@ -278,7 +229,7 @@ def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
 
     from .models_view import print_packs
 
-    loaded = _load(config, as_json)
+    loaded = load(config, as_json)
     runner = build_runner(loaded, on_status=_status)
 
     async def listing() -> list[dict[str, Any]]:
@@ -290,7 +241,7 @@ def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     try:
         rows = asyncio.run(listing())
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     for row in rows:
         row["model"] = f"{row['model']} ({row['asks']})"
     if as_json:
@@ -318,15 +269,15 @@ def models(
 
     from .models_view import print_models
 
-    loaded = _load(config, as_json)
+    loaded = load(config, as_json)
     name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
     if name is None:
-        _fail(ConfigError("the config declares no packs", hint="add one under 'packs:'"),
+        fail(ConfigError("the config declares no packs", hint="add one under 'packs:'"),
               as_json=as_json, code=2)  # fmt: skip
     try:
         report = asyncio.run(gather(loaded, name, backend, on_status=_status))
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
@@ -340,7 +291,7 @@ def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     which backend each pack gets. Exit 1 when a pack that runs commands cannot be confined."""
     from .doctor import gather, print_report
 
-    loaded = _load(config, as_json)
+    loaded = load(config, as_json)
     report = gather(loaded)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
@@ -362,11 +313,11 @@ def serve(
     """Run the HTTP task service (POST /tasks, live events, results)."""
     from .serve import run_service
 
-    loaded = _load(config, False)
+    loaded = load(config, False)
     try:
         run_service(loaded, host=host, port=port)
     except FabricError as exc:
-        _fail(exc, as_json=False, code=2)
+        fail(exc, as_json=False, code=2)
 
 
 @app.command()
@@ -385,11 +336,11 @@ def show(
     """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
     from .render import show_events
 
-    path, events = _read(run, lambda: _load(config, as_json).runs_dir, as_json)
+    path, events = _read(run, lambda: load(config, as_json).runs_dir, as_json)
     try:
         show_events(events, path, sys.stdout, step=step, kinds=kind, follow=follow, as_json=as_json)
     except FabricError as exc:  # a line appended by a newer fabric while following
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -408,7 +359,7 @@ def _read(
         path = find_runlog(run, runs_dir)
         events, problems = read_runlog(path)
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     for problem in problems:
         typer.echo(f"warning: {problem}", err=True)
     return path, events
@@ -431,12 +382,12 @@ def replay(
     from .render import find_runlog
     from .replay_cmd import run_replay
 
-    loaded = _load(config, as_json)
+    loaded = load(config, as_json)
     try:
         path = find_runlog(run, lambda: loaded.runs_dir)
         code = run_replay(loaded, path, live=live_tools, as_json=as_json)
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     raise typer.Exit(code)
 
 
@@ -463,13 +414,13 @@ def resume(
     from .approve import cli_approver
     from .render import Progress
 
-    loaded = _load(config, as_json)
+    loaded = load(config, as_json)
     path, events = _read(run, lambda: loaded.runs_dir, as_json)
     runner = build_runner(loaded, on_status=_status)
     try:
         plan = plan_resume(events, max_steps)  # a run that cannot go on says so first
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     _refuse_without_search(runner, str(plan.started.get("pack", "")), as_json)
     progress = Progress(sys.stderr, live=sys.stderr.isatty(), secrets=runner.secrets)
 

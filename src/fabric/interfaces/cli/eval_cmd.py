@@ -16,6 +16,8 @@ import typer
 
 from fabric.domain.errors import ConfigError
 
+from .startup import fail, load
+
 if TYPE_CHECKING:
     from fabric.config.loader import LoadedConfig
     from fabric.interfaces.eval_session import EvalReport, Prepared
@@ -77,12 +79,10 @@ def eval_command(
     with 95% intervals, pass@k, false successes, steps, tokens, cost and time. Writes
     results.json and summary.md to the output folder. `fabric eval compare A B` tells which
     pass rates differ by more than the noise."""
-    from .app import _fail
-
     if args and args[0] == COMPARE:
         given = [repeats != 1, jobs != 1, pack, backend, model, case, out, restart, config]
         if len(args) != 3 or any(given):
-            _fail(
+            fail(
                 ConfigError(
                     "compare takes two eval output folders (or results.json files) and --json",
                     hint="fabric eval compare evals-out/a evals-out/b",
@@ -93,7 +93,7 @@ def eval_command(
         _compare(Path(args[1]), Path(args[2]), as_json=as_json)
         return
     if len(args) != 1:
-        _fail(
+        fail(
             ConfigError(
                 f"give one suite, not {len(args)} arguments",
                 hint="fabric eval evals/engineering  (or: fabric eval compare A B)",
@@ -103,7 +103,7 @@ def eval_command(
         )
     from fabric.interfaces.eval_session import EvalOptions, prepare
 
-    loaded = _load(config, as_json)
+    loaded = load(config, as_json)
     options = EvalOptions(
         suite=Path(args[0]),
         out=out,
@@ -119,19 +119,13 @@ def eval_command(
     try:
         prepared = prepare(loaded, options)
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     for problem in prepared.folder.problems:
         typer.echo(f"warning: {problem}", err=True)
     report = _run(prepared, loaded)
     if report is None:
         _stopped(prepared, as_json=as_json)
     _finish(prepared, report, as_json=as_json)
-
-
-def _load(config: Path | None, as_json: bool) -> LoadedConfig:
-    from .app import _load as load
-
-    return load(config, as_json)
 
 
 def _run(prepared: Prepared, loaded: LoadedConfig) -> EvalReport | None:
@@ -202,11 +196,9 @@ def _finish(prepared: Prepared, report: EvalReport, *, as_json: bool) -> NoRetur
 
     from fabric.application.evals.summary import render_tables
 
-    from .app import _fail
-
     run = report.run
     if run.error is not None and not run.finished:  # refused before any attempt ended
-        _fail(run.error, as_json=as_json, code=2)
+        fail(run.error, as_json=as_json, code=2)
     if as_json:
         typer.echo(json.dumps(report.results, indent=2, ensure_ascii=False))
     else:
@@ -214,7 +206,7 @@ def _finish(prepared: Prepared, report: EvalReport, *, as_json: bool) -> NoRetur
     folder = report.folder
     typer.echo(f"results: {folder / 'results.json'}; summary: {folder / 'summary.md'}", err=True)
     if run.error is not None:
-        _fail(run.error, as_json=False, code=2)
+        fail(run.error, as_json=False, code=2)
     if run.left:
         typer.echo(
             f"stopped with {len(run.left)} attempt(s) not made; continue with: "
@@ -238,12 +230,10 @@ def _compare(a: Path, b: Path, *, as_json: bool) -> None:
     from fabric.application.evals.compare import compare, render_compare
     from fabric.interfaces.eval_store import load_results
 
-    from .app import _fail
-
     try:
         result = compare(load_results(a), load_results(b))
     except ConfigError as exc:
-        _fail(exc, as_json=as_json, code=2)
+        fail(exc, as_json=as_json, code=2)
     if as_json:
         typer.echo(json.dumps(result, indent=2, ensure_ascii=False))
     else:

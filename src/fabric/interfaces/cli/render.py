@@ -13,7 +13,7 @@ from fabric.domain.models import ChatDelta, RunResult, RunStatus
 from fabric.domain.runlog import check_versions
 from fabric.domain.secrets import Secrets
 
-from .approve import POLICY_KINDS, describe_policy
+from .policy_lines import POLICY_KINDS, describe_policy
 
 _ARG_CHARS = 70
 _FROM_TEXT = "\0from_text"

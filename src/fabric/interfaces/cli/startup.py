@@ -1,0 +1,66 @@
+"""What every command does first: send its output through redaction, load the configuration
+(or say why not and exit 2), and report an error the same way, as text or as JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+
+from fabric.domain.errors import FabricError
+
+if TYPE_CHECKING:
+    from fabric.config.loader import LoadedConfig
+    from fabric.domain.secrets import Secrets
+
+
+def redact_output(secrets: Secrets) -> None:
+    """From now on, stdout and stderr (this module's lines, those of the modules it calls,
+    logs) go out through a ``RedactingStream`` with ``secrets``."""
+    from .render import RedactingStream
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, RedactingStream):
+            stream.secrets = secrets
+        else:
+            setattr(sys, name, RedactingStream(stream, secrets))
+
+
+def fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
+    if as_json:
+        error = {"code": exc.code, "message": exc.message, "hint": exc.hint}
+        typer.echo(json.dumps({"status": "error", "error": error}, indent=2))
+    typer.echo(f"error: {exc}", err=True)
+    raise typer.Exit(code)
+
+
+def load(config: Path | None, as_json: bool) -> LoadedConfig:
+    from fabric.config.loader import load_config
+    from fabric.domain.errors import ConfigError
+    from fabric.domain.secrets import Secrets
+    from fabric.infrastructure.packs.run_ledger import (
+        REFUSAL_HINT,
+        close_dead,
+        refusal,
+        written_during_a_run,
+    )
+
+    with contextlib.suppress(OSError):  # a ledger fabric cannot write: the run says so
+        for line in close_dead():  # what a run whose fabric died left in .git
+            typer.echo(f"fabric removed {line}", err=True)
+    try:
+        loaded = load_config(config)
+        window = written_during_a_run(loaded.source) if config is None else None
+        if window is not None:  # found, not named: a run may have left it there
+            raise ConfigError(refusal(loaded.source, window), hint=REFUSAL_HINT)
+    except ConfigError as exc:
+        fail(exc, as_json=as_json, code=2)
+    # the same as compose.known_secrets(loaded), without importing compose (~100 ms)
+    redact_output(Secrets.from_env(os.environ, loaded.config.llm.api_key_names))
+    return loaded
