@@ -30,7 +30,7 @@ from fabric.domain.secrets import Secrets
 from fabric.infrastructure.llm.backends import Backends, base_url_of
 from fabric.infrastructure.packs import git_audit, run_ledger
 from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack, load_pack
-from fabric.infrastructure.runlog import JsonlRunLog, new_run_id
+from fabric.infrastructure.runlog import JsonlRunLog, new_run_id, runlog_path
 from fabric.infrastructure.runlog.writer import Observer
 from fabric.infrastructure.sandbox import (
     HostCode,
@@ -83,6 +83,10 @@ class Runner:
         default_factory=dict
     )
     _host_code: HostCode | None = None
+
+    def runlog_path(self, run_id: str) -> Path:
+        """The runlog of run ``run_id`` in this runner's runs folder."""
+        return runlog_path(self.runs_dir, run_id)
 
     def pack(self, name: str) -> LoadedPack:
         if name not in self._packs:

@@ -70,7 +70,7 @@ class RunnerTasks:
         return new_run_id()
 
     def runlog_path(self, run_id: str) -> Path:
-        return self.runner.runs_dir / run_id / "runlog.jsonl"
+        return self.runner.runlog_path(run_id)
 
     async def run(self, request: RunRequest, cancel: asyncio.Event) -> RunOutcome:
         others = await asyncio.to_thread(self.apart, request.workspace)

@@ -2,13 +2,23 @@
 reader that takes a runlog back (show, replay, resume)."""
 
 from .reader import read_runlog
-from .writer import FORMAT_VERSION, JsonlRunLog, MemoryRunLog, new_run_id, schema_path
+from .writer import (
+    FORMAT_VERSION,
+    RUNLOG_NAME,
+    JsonlRunLog,
+    MemoryRunLog,
+    new_run_id,
+    runlog_path,
+    schema_path,
+)
 
 __all__ = [
     "FORMAT_VERSION",
+    "RUNLOG_NAME",
     "JsonlRunLog",
     "MemoryRunLog",
     "new_run_id",
     "read_runlog",
+    "runlog_path",
     "schema_path",
 ]

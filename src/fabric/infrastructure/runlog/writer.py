@@ -31,6 +31,14 @@ FORMAT_VERSION = _format.FORMAT_VERSION
 """The format version every line is written in (``v``); older ones stay readable."""
 READABLE_VERSIONS = _format.READABLE_VERSIONS
 RUNLOG_NAME = "runlog.jsonl"
+
+
+def runlog_path(runs_dir: Path, run_id: str) -> Path:
+    """Where run ``run_id`` keeps its runlog: ``<runs_dir>/<run_id>/runlog.jsonl``. The one
+    place that path is built (the writer, ``fabric run``'s Ctrl-C, the service, the eval)."""
+    return runs_dir / run_id / RUNLOG_NAME
+
+
 Observer = Callable[[Mapping[str, Any]], None]
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -154,9 +162,9 @@ class JsonlRunLog(_Envelope):
             )
         super().__init__(run_id, observers)
         self._secrets = secrets or Secrets()
-        self.dir = runs_dir / run_id
+        self.path = runlog_path(runs_dir, run_id)
+        self.dir = self.path.parent
         self.dir.mkdir(parents=True, exist_ok=False)
-        self.path = self.dir / RUNLOG_NAME
         # A lone surrogate (a model can send one as a JSON escape) is written as the JSON
         # escape it came from, so the line stays valid UTF-8 and valid JSON.
         self._file = self.path.open("x", encoding="utf-8", errors="backslashreplace")

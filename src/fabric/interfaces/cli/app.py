@@ -154,7 +154,7 @@ def run(
         verify="off" if no_verify else verify,
     )
     # with progress lines on, they have already said why a run failed
-    _drive(runner, started, runner.runs_dir / run_id / "runlog.jsonl", as_json, explain=quiet)
+    _drive(runner, started, runner.runlog_path(run_id), as_json, explain=quiet)
 
 
 def _drive(

@@ -354,12 +354,14 @@ def cancelled_result(runlog: Path) -> RunResult:
 
 def find_runlog(ref: str, runs_dir: Callable[[], Path]) -> Path:
     """A run id, a run folder or a runlog path → the runlog file."""
+    from fabric.infrastructure.runlog import RUNLOG_NAME, runlog_path
+
     path = Path(ref)
     if path.is_file():
         return path
-    if path.is_dir() and (path / "runlog.jsonl").is_file():
-        return path / "runlog.jsonl"
-    candidate = runs_dir() / ref / "runlog.jsonl"
+    if path.is_dir() and (path / RUNLOG_NAME).is_file():
+        return path / RUNLOG_NAME
+    candidate = runlog_path(runs_dir(), ref)
     if candidate.is_file():
         return candidate
     raise ConfigError(

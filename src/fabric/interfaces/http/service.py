@@ -30,7 +30,6 @@ from fabric.domain.tasks import (
 )
 from fabric.infrastructure.packs.registry import LoadedPack
 from fabric.infrastructure.runlog import new_run_id
-from fabric.infrastructure.runlog.writer import RUNLOG_NAME
 from fabric.interfaces.compose import Runner
 from fabric.interfaces.search_check import search_problem
 
@@ -74,7 +73,7 @@ class TaskService:
         shows them at once, and keeps them when it ends."""
 
     def runlog_path(self, task_id: str) -> Path:
-        return self.runner.runs_dir / task_id / RUNLOG_NAME
+        return self.runner.runlog_path(task_id)
 
     # --- submitting --------------------------------------------------------------------------
 
