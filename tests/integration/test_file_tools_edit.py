@@ -208,6 +208,8 @@ def test_binary_files_folders_and_missing_files_are_refused(
     assert "not a file" in error_of(edit_file, ctx, "dir", "x", "y").message
     missing = error_of(edit_file, ctx, "nope.py", "x", "y")
     assert missing.message == "there is no file 'nope.py' in the workspace root"
+    # the embedded model tried to create src/hello.py with edit_file (old="") several times
+    assert "to create a new file, call write_file" in missing.hint
 
 
 # --- the same refusals as write_file --------------------------------------------------------

@@ -54,7 +54,7 @@ def open_existing(
             if meant is None:
                 if folder:
                     raise
-                raise missing(ws, path, rel) from None
+                raise missing(ws, path, rel, tool) from None
             _check_allowed(ctx, tool, path, meant)
             opened, rel = stack.enter_context(ws.open(meant, folder=folder)), meant
         note = ""
@@ -91,8 +91,9 @@ def writable_path(ws: Workspace, ctx: ToolContext, path: str) -> str:
     )
 
 
-def missing(ws: Workspace, path: str, rel: str) -> ToolError:
-    """The error for a path that does not exist, naming the closest existing files."""
+def missing(ws: Workspace, path: str, rel: str, tool: str) -> ToolError:
+    """The error for a path that does not exist, naming the closest existing files; for an
+    edit, also the tool that creates files (a small model tried to create one by editing)."""
     where = PurePosixPath(posixpath.normpath(rel))
     folder = where.parent.as_posix()
     try:
@@ -104,11 +105,11 @@ def missing(ws: Workspace, path: str, rel: str) -> ToolError:
     found = suggestions(ws, where.as_posix())
     if found:
         message += f"; did you mean {' or '.join(repr(f) for f in found)}?"
-    return ToolError(
-        message,
-        hint="paths are relative to the workspace root; use list_files or search_files to see "
-        "what exists",
-    )
+    hint = "paths are relative to the workspace root; use list_files or search_files to see "
+    hint += "what exists"
+    if tool == "edit_file":
+        hint += "; to create a new file, call write_file with its path and content"
+    return ToolError(message, hint=hint)
 
 
 def suggestions(ws: Workspace, rel: str) -> list[str]:
