@@ -510,6 +510,35 @@ def test_show_by_path_folder_and_run_id(cli: CliRunner, finished_run: Path) -> N
     assert text.rstrip().endswith(f"runlog: {finished_run}")
 
 
+def test_replay_with_live_tools_works_on_a_copy_and_leaves_the_workspace_alone(
+    cli: CliRunner, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = [
+        completion(None, [("write_file", {"path": "hello.py", "content": "print('hi')\n"})]),
+        completion(None, [("shell", {"command": "python hello.py"})]),
+        completion(None, [("finish_task", {"summary": "wrote hello.py"})]),
+    ]
+    with MockOpenAIServer(script, models=MODELS) as server:
+        monkeypatch.setenv("FABRIC_BASE_URL", server.base_url)
+        ran = cli.invoke(app, ["run", "-w", "ws", "--json", "write hello.py"])
+    runlog = Path(json.loads(ran.stdout)["runlog"])
+    (project / "ws" / "hello.py").unlink()  # the workspace as it was before the run
+    scratch = project / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+
+    replayed = cli.invoke(app, ["replay", str(runlog), "--live-tools", "--json"])
+    assert replayed.exit_code == 0, replayed.output
+    report = json.loads(replayed.stdout)
+    assert report["status"] == "identical", report["divergence"]
+    # the tools ran for real, on a copy: the workspace itself was not written to
+    assert not (project / "ws" / "hello.py").exists()
+    assert list(scratch.iterdir()) == []  # the copy is gone
+    events = assert_valid_runlog(Path(report["runlog"]))
+    [shell] = [e for e in events if e["kind"] == "tool_result" and e["name"] == "shell"]
+    assert shell["output"] == "[exit code 0]\nhi\n"
+
+
 def test_show_json_is_the_events(cli: CliRunner, finished_run: Path) -> None:
     result = cli.invoke(app, ["show", "--json", str(finished_run)])
     assert result.exit_code == 0

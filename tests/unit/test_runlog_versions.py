@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from support import VALIDATORS, read_events
 from typer.testing import CliRunner
 
-from fabric.application.recording import Recording
+from fabric.application.replay import Recording
 from fabric.application.resume import plan_resume
 from fabric.domain.errors import ConfigError
 from fabric.domain.runlog import FORMAT_VERSION, READABLE_VERSIONS, check_versions

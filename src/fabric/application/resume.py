@@ -32,18 +32,18 @@ from .approvals import RecordedApprover
 from .commands import CommandRunner
 from .context import ToolContext
 from .cost import Prices
-from .divergence import Diverged, ReplayState
 from .execute_task import execute_task
 from .pack import Pack
 from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
-from .recorded import (
+from .replay.divergence import Diverged, ReplayState
+from .replay.recorded import (
     ReplayChatClient,
     missing_checks,
     recorded_brief,
     recorded_tools,
     recorded_verifiers,
 )
-from .recording import Recording
+from .replay.recording import Recording
 
 RESUMABLE = ("max_steps", "cancelled")
 """The end states a run can be resumed from, besides having no end at all: a run stopped at

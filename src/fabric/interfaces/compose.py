@@ -18,6 +18,7 @@ import fabric
 from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
 from fabric.application.ports import Approver, ChatClient, DeltaSink, RunLog
+from fabric.application.replay import Recording, ReplayReport
 from fabric.application.resilience import FallbackChatClient, RetryingChatClient
 from fabric.application.resolve import Resolution, probe_tools, resolve_llm
 from fabric.application.resume import plan_resume, resume_task
@@ -208,7 +209,7 @@ class Runner:
         limits = _limits(loaded_pack.settings.limits, max_steps)
 
         def open_log() -> JsonlRunLog:
-            return self._runlog(run_id or new_run_id(), observers)
+            return self.open_runlog(run_id or new_run_id(), observers)
 
         async with self._session(loaded_pack, folder, backend, model, open_log) as session:
             return await execute_task(
@@ -422,7 +423,18 @@ class Runner:
         except Exception as exc:
             return None, _setup_error(exc)
 
-    def _runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:
+    async def replay(
+        self, path: Path, *, live: bool = False, recording: Recording | None = None
+    ) -> ReplayReport:
+        """Re-drive the run recorded at ``path`` (``recording``: already read from it) with
+        its pack as configured now, as a new run here; ``live``: the real tools, on a copy
+        of its workspace (ADR 0010)."""
+        from .replays import replay_run
+
+        return await replay_run(self, path, live=live, recording=recording)
+
+    def open_runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:
+        """A new run's runlog in the runs folder, or a ConfigError saying how to fix it."""
         try:
             return JsonlRunLog(self.runs_dir, run_id, *observers, secrets=self.secrets)
         except OSError as exc:

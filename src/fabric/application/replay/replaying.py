@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fabric.application.approvals import RecordedApprover
+from fabric.application.commands import CommandRunner
+from fabric.application.execute_task import execute_task
+from fabric.application.pack import Pack
+from fabric.application.ports import RunLog
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.models import RunResult
 
-from .approvals import RecordedApprover
-from .commands import CommandRunner
 from .divergence import Diverged, Divergence, ReplayState, first_difference, plain
-from .execute_task import execute_task
-from .pack import Pack
-from .ports import RunLog
 from .recorded import (
     ReplayChatClient,
     WatchingRunLog,

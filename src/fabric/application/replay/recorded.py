@@ -20,11 +20,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fabric.application.context import ToolContext
+from fabric.application.pack import Brief, Briefing, Pack
+from fabric.application.ports import DeltaSink, RunLog, Tool
+from fabric.application.verify import RunRecord, Verdict, Verifier
 from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import RunError, ToolError
 from fabric.domain.models import ChatResponse, Message, ToolCall, ToolSpec, Usage
 
-from .context import ToolContext
 from .divergence import (
     Diverged,
     ReplayState,
@@ -32,10 +35,7 @@ from .divergence import (
     first_difference_in_list,
     plain,
 )
-from .pack import Brief, Briefing, Pack
-from .ports import DeltaSink, RunLog, Tool
 from .recording import Recording
-from .verify import RunRecord, Verdict, Verifier
 
 REFUSED = frozenset({"policy_denied", "approval_denied"})
 """Error codes of a tool result whose tool never ran: the policy or a person refused it."""

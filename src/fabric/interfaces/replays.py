@@ -1,0 +1,85 @@
+"""``Runner.replay``: re-drive a recorded run with the pack as configured now, into a new run
+of its own (``fabric replay``; later the console). With ``live``, the real tools work on a
+copy of the recorded workspace, never on the workspace itself."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fabric.application.replay import Recording, ReplayReport, replay
+from fabric.domain.errors import ConfigError, FabricError, SandboxError
+from fabric.infrastructure.runlog import new_run_id, read_runlog
+
+if TYPE_CHECKING:
+    from fabric.interfaces.compose import Runner
+
+
+def recording_of(path: Path) -> tuple[Recording, list[str]]:
+    """The recorded run at ``path`` and what was wrong with its lines (a torn last line...);
+    ConfigError when it cannot be replayed at all."""
+    events, problems = read_runlog(path)
+    try:
+        return Recording(events), problems
+    except FabricError as exc:
+        raise ConfigError(f"{path}: {exc.message}", hint=exc.hint) from exc
+
+
+async def replay_run(
+    runner: Runner, path: Path, *, live: bool = False, recording: Recording | None = None
+) -> ReplayReport:
+    """Replay the runlog at ``path`` (already read: ``recording``) as a new run in
+    ``runner``'s runs folder."""
+    if recording is None:
+        recording, _ = recording_of(path)
+    loaded_pack = runner.pack_for(recording.started)
+    recorded = Path(str(recording.started.get("workspace", ".")))
+    with _workspace(recorded, live) as workspace:
+        commands = None
+        if live:
+            try:
+                commands = runner.commands_for(loaded_pack, workspace)
+            except SandboxError as exc:
+                message = f"--live-tools cannot run the pack's commands: {exc.message}"
+                raise ConfigError(message, hint=exc.hint) from exc
+        run_id = new_run_id()
+        runlog = runner.open_runlog(run_id, ())
+        try:
+            return await replay(
+                recording,
+                pack=loaded_pack.pack,
+                runlog=runlog,
+                run_id=run_id,
+                workspace=workspace,
+                live=live,
+                run_dir=path.parent,
+                sandbox=loaded_pack.settings.sandbox,
+                protected=runner.protected_paths,
+                read_only=runner.read_only_in(workspace),
+                commands=commands,
+            )
+        finally:
+            runlog.close()
+
+
+@contextmanager
+def _workspace(recorded: Path, live: bool) -> Iterator[Path]:
+    """The recorded workspace (recorded tools touch nothing), or a copy of it for real tools,
+    removed afterwards."""
+    if not live:
+        yield recorded
+        return
+    scratch = Path(tempfile.mkdtemp(prefix="fabric-replay-"))
+    try:
+        workspace = scratch / "workspace"
+        if recorded.is_dir():
+            shutil.copytree(recorded, workspace, symlinks=True)
+        else:
+            workspace.mkdir()
+        yield workspace
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
