@@ -130,6 +130,10 @@ def test_the_engineering_brief_lists_the_files_and_says_how_the_tests_fare(
     (other / "notes.md").write_text("hi\n")
     bare = asyncio.run(WorkspaceBrief()(ToolContext("r", other, ctx.sandbox))).text
     assert "notes.md" in bare and "tests" not in bare  # no tests, no command runner: no run
+    assert "The workspace is empty" not in bare
+    (empty := ctx.workspace / "empty").mkdir()
+    told_empty = asyncio.run(WorkspaceBrief()(ToolContext("r", empty, ctx.sandbox))).text
+    assert "(empty)\n\nThe workspace is empty" in told_empty and "write_file" in told_empty
 
 
 def test_the_brief_shows_the_code_the_tested_module_imports_and_keeps_failing_tests(

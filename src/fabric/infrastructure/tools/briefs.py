@@ -19,7 +19,7 @@ from fabric.application.pack import Briefing
 from fabric.domain.errors import FabricError
 from fabric.domain.test_output import trim_test_output
 
-from .files import list_files, read_file
+from .files import EMPTY, list_files, read_file
 from .verifiers import AUTO_COMMAND, has_pytest_tests, run_command
 from .workspace import Workspace
 
@@ -46,6 +46,12 @@ KEPT_WHY = (
 )
 
 
+EMPTY_NEXT = (
+    "The workspace is empty: nothing exists yet to read or run. Create the files the task "
+    "asks for with write_file, at the paths the task names (relative to the workspace root)."
+)
+
+
 class WorkspaceBrief:
     """The workspace's files (up to ``max_files``) and, when it has pytest tests, their
     outcome now (failures trimmed to ``test_chars``), with the code the failing tests
@@ -61,6 +67,8 @@ class WorkspaceBrief:
     async def __call__(self, ctx: ToolContext) -> Briefing:
         files = await asyncio.to_thread(list_files, ctx, ".", True, self.max_files)
         parts = [f"Files in the workspace (paths relative to its root):\n{files}"]
+        if files == EMPTY:  # the embedded model ran `python -m hello` in an empty folder
+            parts.append(EMPTY_NEXT)
         tests = await self._tests(ctx)
         if tests.text:
             parts.append(tests.text)

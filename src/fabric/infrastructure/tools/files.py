@@ -27,6 +27,9 @@ from .snippets import number_lines
 from .walk import walk
 from .workspace import Opened, Workspace
 
+EMPTY = "(empty)"
+"""What list_files says of a folder with nothing in it."""
+
 _COUNT_LINES_UP_TO = 5_000_000
 """read_file counts all lines of files up to this size; of bigger ones only up to the window."""
 _MAX_READ_CHARS = 500_000
@@ -222,7 +225,7 @@ def list_files(
         raise ToolError(
             f"{path!r} is not a folder", hint="list '.' to see the workspace root"
         ) from None
-    return note + ("\n".join(entries) if entries else "(empty)")
+    return note + ("\n".join(entries) if entries else EMPTY)
 
 
 def search_files(
