@@ -14,7 +14,7 @@ Verdict = Literal["allow", "ask", "deny"]
 
 
 class _Strict(BaseModel):
-    # as fabric.config.schema._Strict (not imported: schema imports this module)
+    # as fabric.config.schema.base._Strict (not imported: the schema imports this module)
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 

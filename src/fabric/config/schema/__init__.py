@@ -1,0 +1,65 @@
+"""The typed shape of ``fabric.yaml``. YAML is parsed once, at the edge, into these models:
+``llm`` (model backends), ``sandbox`` (what tools may touch), ``packs`` (a pack's section),
+``serve`` (the HTTP service); ``FabricConfig`` is the whole file."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import _Strict
+from .llm import (
+    AnthropicBackend,
+    Backend,
+    EmbeddedBackend,
+    FallbackStep,
+    LLMSettings,
+    ModelOptions,
+    OllamaBackend,
+    OpenAIBackend,
+    RetrySettings,
+    SelectionSettings,
+    Timeouts,
+)
+from .packs import Limits, PackSettings, RawPackSection, VerifySettings
+from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
+from .serve import ServeSettings
+
+__all__ = [
+    "AnthropicBackend",
+    "Backend",
+    "EmbeddedBackend",
+    "FabricConfig",
+    "FallbackStep",
+    "LLMSettings",
+    "Limits",
+    "ModelOptions",
+    "OllamaBackend",
+    "OpenAIBackend",
+    "PackSettings",
+    "RawPackSection",
+    "ResourceLimits",
+    "RetrySettings",
+    "SandboxSettings",
+    "SelectionSettings",
+    "ServeSettings",
+    "Timeouts",
+    "VerifySettings",
+    "WebSearchSettings",
+    "WebSettings",
+]
+
+
+class FabricConfig(_Strict):
+    """The whole of ``fabric.yaml``."""
+
+    version: Literal[1] = Field(1, description="Format version of this file.")
+    llm: LLMSettings = Field(default_factory=LLMSettings, description="The model backend.")
+    runs_dir: str = Field(
+        "runs",
+        description="Where runlogs go; relative paths are taken from the config file's folder.",
+    )
+    default_pack: str | None = Field(None, description="Pack used when --pack is not given.")
+    serve: ServeSettings = Field(default_factory=ServeSettings, description="fabric serve.")
+    packs: dict[str, RawPackSection] = Field(default_factory=dict, description="Packs by name.")

@@ -1,0 +1,83 @@
+"""A pack's section: the keys fabric reads (limits, sandbox, verification); the rest is for
+its builder's own settings model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import _Strict
+from .sandbox import SandboxSettings
+
+
+class Limits(_Strict):
+    """Bounds on one run."""
+
+    max_steps: int = Field(30, ge=1, description="Model calls at most.")
+    finish_repairs: int = Field(
+        2,
+        ge=0,
+        description="Extra chances after a finish_task is refused: its arguments fail "
+        "validation, or the work fails the pack's verification (one budget for both).",
+    )
+    tool_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds one tool call may take before the model is told it timed out "
+        "(caps shell's command_timeout too).",
+    )
+    tool_output_chars: int = Field(
+        16_000,
+        ge=256,
+        description="Tool output longer than this is cut for the model; the full text is kept "
+        "as an artifact beside the runlog.",
+    )
+
+
+class VerifySettings(_Strict):
+    """How a pack checks the work before a run may end ``completed``."""
+
+    command: str | None = Field(
+        None,
+        description="Run in the workspace (confined like the pack's commands) after a valid "
+        "finish_task; exit code 0 passes, anything else goes back to the model as a failed "
+        "finish (a repair round), and the run ends 'unverified' when the rounds run out. "
+        "'auto': the project's pytest tests, when the workspace has any. Unset: no command.",
+    )
+    when: Literal["changed", "always"] = Field(
+        "changed",
+        description="changed: only for runs that did more than read (wrote a file, ran a "
+        "command); always: after every finish_task.",
+    )
+    timeout: float | None = Field(
+        None, gt=0, description="Seconds the command may take (default: sandbox.command_timeout)."
+    )
+
+
+class PackSettings(BaseModel):
+    """The part of a pack's YAML section fabric itself reads. A builder's own settings model
+    subclasses this and adds its keys; unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    builder: str = Field(
+        description="Where the pack is built: 'module:callable', or a built-in short name."
+    )
+    description: str = Field("", description="One line shown by `fabric packs`.")
+    model: str = Field("default", description="Key into llm.models.")
+    limits: Limits = Field(default_factory=Limits, description="Bounds on each run.")
+    sandbox: SandboxSettings = Field(
+        default_factory=SandboxSettings, description="What the pack's tools may touch."
+    )
+    verify: VerifySettings = Field(
+        default_factory=VerifySettings,
+        description="How the work is checked before a run ends completed (per task: "
+        "--verify / --no-verify, or the task's verify field).",
+    )
+
+
+class RawPackSection(PackSettings):
+    """A pack section before its builder's own model has checked the extra keys."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
