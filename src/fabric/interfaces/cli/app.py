@@ -10,21 +10,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fabric.domain.errors import FabricError
 
 from .eval_cmd import eval_command
-from .startup import fail, load, redact_output
+from .options import BackendOpt, ConfigOpt, JsonOpt
+from .run_cmd import resume, run
+from .startup import fail, load, read_run, redact_output, say
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
-    from fabric.domain.models import RunResult
-    from fabric.interfaces.compose import Runner
+    pass
 
 app = typer.Typer(
     name="fabric",
@@ -34,36 +32,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        "-c",
-        help="fabric.yaml to use (default: $FABRIC_CONFIG, "
-        "./fabric.yaml, then the packaged default).",
-        show_default=False,
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-YesOpt = Annotated[
-    bool,
-    typer.Option(
-        "--yes",
-        "-y",
-        help="Approve every tool call the pack's policy asks about, without asking "
-        "(by default you are asked at the terminal; with no terminal they are refused).",
-    ),
-]
-BackendOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--backend",
-        "-b",
-        help="ollama, openai (any OpenAI-compatible server), anthropic, embedded, or auto "
-        "(default: llm.backend in fabric.yaml, or FABRIC_BACKEND).",
-    ),
-]
 
 
 @app.callback()
@@ -75,146 +43,7 @@ def _before_any_command() -> None:
     redact_output(Secrets.from_env(os.environ))
 
 
-@app.command()
-def run(
-    task: Annotated[str, typer.Argument(help="What the pack should do.", show_default=False)],
-    pack: Annotated[
-        str | None, typer.Option("--pack", "-p", help="Pack name (see `fabric packs`).")
-    ] = None,
-    config: ConfigOpt = None,
-    model: Annotated[
-        str | None, typer.Option("--model", "-m", help="A key of llm.models or a model name.")
-    ] = None,
-    workspace: Annotated[
-        Path | None,
-        typer.Option("--workspace", "-w", help="Folder the tools work in (default: here)."),
-    ] = None,
-    max_steps: Annotated[
-        int | None, typer.Option("--max-steps", help="Model calls at most.", min=1)
-    ] = None,
-    backend: BackendOpt = None,
-    as_json: JsonOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
-    yes: YesOpt = False,
-    verify: Annotated[
-        str | None,
-        typer.Option(
-            "--verify",
-            help="Check the work with this command (e.g. 'python -m pytest -q') before the "
-            "run may end completed, instead of the pack's verify.command.",
-        ),
-    ] = None,
-    no_verify: Annotated[
-        bool, typer.Option("--no-verify", help="Do not run the pack's verify.command.")
-    ] = False,
-) -> None:
-    """Run a task with a pack, show each step, print the result and the runlog path.
-
-    Exits 0 when the work was done and confirmed by the pack's checks, 3 when it was done and
-    every check passed but none could confirm it (read the result), 1 when it was not done."""
-
-    from fabric.domain.errors import ConfigError
-    from fabric.infrastructure.runlog import new_run_id
-    from fabric.interfaces.compose import build_runner
-
-    from .approve import cli_approver
-    from .render import Progress
-
-    loaded = load(config, as_json)
-    name = pack or loaded.config.default_pack
-    if name is None:
-        fail(
-            ConfigError(
-                "no pack given",
-                hint=f"pass --pack NAME; packs: {', '.join(loaded.config.packs) or 'none'}",
-            ),
-            as_json=as_json,
-            code=2,
-        )
-    if verify is not None and no_verify:
-        problem = ConfigError("--verify and --no-verify contradict each other", hint="pick one")
-        fail(problem, as_json=as_json, code=2)
-    runner = build_runner(loaded, on_status=None if quiet else _status)
-    _refuse_without_search(runner, name, as_json)
-    live = sys.stderr.isatty()
-    progress = None if quiet else Progress(sys.stderr, live=live, secrets=runner.secrets)
-    run_id = new_run_id()
-
-    started = runner.run(
-        name,
-        task,
-        model=model,
-        backend=backend,
-        workspace=workspace,
-        max_steps=max_steps,
-        run_id=run_id,
-        observers=(progress,) if progress else (),
-        on_delta=progress.delta if progress else None,
-        approver=cli_approver(yes=yes, progress=progress),
-        verify="off" if no_verify else verify,
-    )
-    # with progress lines on, they have already said why a run failed
-    _drive(runner, started, runner.runlog_path(run_id), as_json, explain=quiet)
-
-
-def _drive(
-    runner: Runner, started: Awaitable[RunResult], runlog: Path, as_json: bool, *, explain: bool
-) -> NoReturn:
-    """Run (or resume) to the end, print the result, exit 0 done / 3 done but unconfirmed /
-    1 not done / 2 usage."""
-    import asyncio
-
-    from fabric.domain.errors import ConfigError, ModelError
-    from fabric.domain.models import RunStatus
-
-    from .render import cancelled_result, describe_failure, exit_code, print_result
-
-    async def go() -> RunResult:
-        try:
-            return await started
-        finally:
-            await runner.aclose()
-
-    try:
-        result = asyncio.run(go())
-    except ConfigError as exc:
-        fail(exc, as_json=as_json, code=2)
-    except ModelError as exc:  # no backend or model could be found: nothing ran
-        fail(exc, as_json=as_json, code=1)
-    except KeyboardInterrupt:  # Ctrl-C: the run logged its end; say it, and how to go on
-        result = cancelled_result(runlog)
-        if result.runlog_path is None:
-            typer.echo("\ncancelled before the run began", err=True)
-        else:
-            typer.echo(f"\n{result.status.value}; runlog: {result.runlog_path}", err=True)
-        if result.runlog_path and result.status is RunStatus.CANCELLED:
-            typer.echo(f"  continue it with: fabric resume {result.run_id}", err=True)
-    print_result(result, as_json=as_json)
-    if explain and not result.succeeded:
-        typer.echo(describe_failure(result), err=True)
-    raise typer.Exit(exit_code(result))
-
-
-def _status(line: str) -> None:
-    typer.echo(line, err=True)
-
-
-def _refuse_without_search(runner: Runner, pack: str, as_json: bool) -> None:
-    """Exit 2 before the run when the pack offers web_search and it cannot work (no search
-    backend configured, or it does not answer): every search would fail steps later."""
-    import asyncio
-
-    from fabric.domain.errors import ConfigError
-    from fabric.interfaces.search_check import offers_search, search_problem
-
-    try:
-        loaded_pack = runner.pack(pack)
-    except ConfigError as exc:
-        fail(exc, as_json=as_json, code=2)
-    if offers_search(loaded_pack):
-        problem = asyncio.run(search_problem(pack, loaded_pack))
-        if problem is not None:
-            fail(problem, as_json=as_json, code=2)
+app.command()(run)
 
 
 @app.command()
@@ -230,7 +59,7 @@ def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     from .models_view import print_packs
 
     loaded = load(config, as_json)
-    runner = build_runner(loaded, on_status=_status)
+    runner = build_runner(loaded, on_status=say)
 
     async def listing() -> list[dict[str, Any]]:
         try:
@@ -275,7 +104,7 @@ def models(
         fail(ConfigError("the config declares no packs", hint="add one under 'packs:'"),
               as_json=as_json, code=2)  # fmt: skip
     try:
-        report = asyncio.run(gather(loaded, name, backend, on_status=_status))
+        report = asyncio.run(gather(loaded, name, backend, on_status=say))
     except ConfigError as exc:
         fail(exc, as_json=as_json, code=2)
     if as_json:
@@ -336,33 +165,13 @@ def show(
     """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
     from .render import show_events
 
-    path, events = _read(run, lambda: load(config, as_json).runs_dir, as_json)
+    path, events = read_run(run, lambda: load(config, as_json).runs_dir, as_json)
     try:
         show_events(events, path, sys.stdout, step=step, kinds=kind, follow=follow, as_json=as_json)
     except FabricError as exc:  # a line appended by a newer fabric while following
         fail(exc, as_json=as_json, code=2)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-
-
-def _read(
-    run: str, runs_dir: Callable[[], Path], as_json: bool
-) -> tuple[Path, list[dict[str, Any]]]:
-    """The runlog a run id, run folder or path names, and its events; unreadable lines are
-    warnings, a missing or too new runlog exits 2."""
-    from fabric.domain.errors import ConfigError
-    from fabric.infrastructure.runlog import read_runlog
-
-    from .render import find_runlog
-
-    try:
-        path = find_runlog(run, runs_dir)
-        events, problems = read_runlog(path)
-    except ConfigError as exc:
-        fail(exc, as_json=as_json, code=2)
-    for problem in problems:
-        typer.echo(f"warning: {problem}", err=True)
-    return path, events
 
 
 @app.command()
@@ -391,50 +200,7 @@ def replay(
     raise typer.Exit(code)
 
 
-@app.command()
-def resume(
-    run: Annotated[str, typer.Argument(help="A run id, a run folder or a runlog.jsonl path.")],
-    config: ConfigOpt = None,
-    max_steps: Annotated[
-        int | None,
-        typer.Option(
-            "--max-steps", help="Model calls at most, in all (default: the run's).", min=1
-        ),
-    ] = None,
-    as_json: JsonOpt = False,
-    yes: YesOpt = False,
-) -> None:
-    """Continue an interrupted or cancelled (Ctrl-C) run, or one that hit its step limit (with
-    a higher --max-steps), in the same runlog and workspace; completed steps are not sent to
-    the model again."""
-    from fabric.application.resume import plan_resume
-    from fabric.domain.errors import ConfigError
-    from fabric.interfaces.compose import build_runner
-
-    from .approve import cli_approver
-    from .render import Progress
-
-    loaded = load(config, as_json)
-    path, events = _read(run, lambda: loaded.runs_dir, as_json)
-    runner = build_runner(loaded, on_status=_status)
-    try:
-        plan = plan_resume(events, max_steps)  # a run that cannot go on says so first
-    except ConfigError as exc:
-        fail(exc, as_json=as_json, code=2)
-    _refuse_without_search(runner, str(plan.started.get("pack", "")), as_json)
-    progress = Progress(sys.stderr, live=sys.stderr.isatty(), secrets=runner.secrets)
-
-    started = runner.resume(
-        events,
-        path,
-        max_steps=max_steps,
-        observers=(progress,),
-        on_delta=progress.delta,
-        approver=cli_approver(yes=yes, progress=progress),
-    )
-    _drive(runner, started, path, as_json, explain=as_json)
-
-
+app.command()(resume)
 app.command(name="eval")(eval_command)
 
 

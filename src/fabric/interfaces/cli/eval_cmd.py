@@ -16,6 +16,7 @@ import typer
 
 from fabric.domain.errors import ConfigError
 
+from .options import ConfigOpt
 from .startup import fail, load
 
 if TYPE_CHECKING:
@@ -67,10 +68,7 @@ def eval_command(
     restart: Annotated[
         bool, typer.Option("--restart", help="Empty the --out folder's eval and start over.")
     ] = False,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="fabric.yaml to use.", show_default=False),
-    ] = None,
+    config: ConfigOpt = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print results.json (or the comparison) as JSON.")
     ] = False,

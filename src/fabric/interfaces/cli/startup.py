@@ -8,13 +8,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
 from fabric.domain.errors import FabricError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fabric.config.loader import LoadedConfig
     from fabric.domain.secrets import Secrets
 
@@ -30,6 +32,11 @@ def redact_output(secrets: Secrets) -> None:
             stream.secrets = secrets
         else:
             setattr(sys, name, RedactingStream(stream, secrets))
+
+
+def say(line: str) -> None:
+    """A line for the person at the terminal (model start-up, what fabric removed), on stderr."""
+    typer.echo(line, err=True)
 
 
 def fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
@@ -64,3 +71,23 @@ def load(config: Path | None, as_json: bool) -> LoadedConfig:
     # the same as compose.known_secrets(loaded), without importing compose (~100 ms)
     redact_output(Secrets.from_env(os.environ, loaded.config.llm.api_key_names))
     return loaded
+
+
+def read_run(
+    run: str, runs_dir: Callable[[], Path], as_json: bool
+) -> tuple[Path, list[dict[str, Any]]]:
+    """The runlog a run id, run folder or path names, and its events; unreadable lines are
+    warnings, a missing or too new runlog exits 2."""
+    from fabric.domain.errors import ConfigError
+    from fabric.infrastructure.runlog import read_runlog
+
+    from .render import find_runlog
+
+    try:
+        path = find_runlog(run, runs_dir)
+        events, problems = read_runlog(path)
+    except ConfigError as exc:
+        fail(exc, as_json=as_json, code=2)
+    for problem in problems:
+        typer.echo(f"warning: {problem}", err=True)
+    return path, events
