@@ -163,7 +163,7 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
-    from .render import show_events
+    from .show import show_events
 
     path, events = read_run(run, lambda: load(config, as_json).runs_dir, as_json)
     try:
@@ -188,8 +188,8 @@ def replay(
     it is identical (exit 0)."""
     from fabric.domain.errors import ConfigError
 
-    from .render import find_runlog
     from .replay_cmd import run_replay
+    from .show import find_runlog
 
     loaded = load(config, as_json)
     try:

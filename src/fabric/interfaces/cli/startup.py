@@ -81,7 +81,7 @@ def read_run(
     from fabric.domain.errors import ConfigError
     from fabric.infrastructure.runlog import read_runlog
 
-    from .render import find_runlog
+    from .show import find_runlog
 
     try:
         path = find_runlog(run, runs_dir)
