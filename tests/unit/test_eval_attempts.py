@@ -402,9 +402,13 @@ def test_an_unexpected_failure_cancels_the_other_attempts_before_it_surfaces(
     the caller as itself, and only after the other attempt was cancelled, never left running
     while the eval writes its results and closes the model."""
 
+    slow_started = asyncio.Event()
+
     async def answer(messages: Sequence[Message]) -> ChatResponse:
         if "[slow]" in str(messages):
+            slow_started.set()
             await asyncio.Event().wait()
+        await slow_started.wait()  # the fast one ends (and fails) while the slow one runs
         return tool_call("finish_task", summary="done")
 
     class FullDisk(_Log):

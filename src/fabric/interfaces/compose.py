@@ -8,7 +8,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,15 +17,14 @@ from urllib.parse import urlsplit, urlunsplit
 import fabric
 from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
-from fabric.application.ports import Approver, ChatClient, DeltaSink, RunLog
+from fabric.application.ports import Approver, ChatClient, DeltaSink
 from fabric.application.replay import Recording, ReplayReport
-from fabric.application.resilience import FallbackChatClient, RetryingChatClient
-from fabric.application.resolve import Resolution, probe_tools, resolve_llm
+from fabric.application.resolve import Resolution
 from fabric.application.resume import plan_resume, resume_task
 from fabric.application.workspaces import check_workspace
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import FallbackStep, Limits
-from fabric.domain.errors import ConfigError, FabricError, RunError, SandboxError
+from fabric.config.schema import Limits
+from fabric.domain.errors import ConfigError, FabricError, SandboxError
 from fabric.domain.models import RunResult
 from fabric.domain.secrets import Secrets
 from fabric.infrastructure.llm.backends import Backends, base_url_of
@@ -39,10 +38,9 @@ from fabric.infrastructure.sandbox import (
     command_runner,
     host_code,
 )
+from fabric.interfaces.model_resolver import ChatFactory, ModelResolver
 
-RESOLVE_TTL = 30.0
 _log = logging.getLogger(__name__)
-ChatFactory = Callable[[str], ChatClient]
 """Builds a chat client for a model name (tests inject one to skip backends entirely)."""
 
 
@@ -80,10 +78,12 @@ class Runner:
     secrets: Secrets = field(default_factory=Secrets)
     """Redacted from every runlog line and artifact (``known_secrets``)."""
     _packs: dict[str, LoadedPack] = field(default_factory=dict)
-    _resolved: dict[tuple[str, str | None, str | None], tuple[float, Resolution]] = field(
-        default_factory=dict
-    )
+    models: ModelResolver = field(init=False)
+    """How each run's model is chosen and opened."""
     _host_code: HostCode | None = None
+
+    def __post_init__(self) -> None:
+        self.models = ModelResolver(self.loaded, self.backends, self.chat_factory)
 
     def runlog_path(self, run_id: str) -> Path:
         """The runlog of run ``run_id`` in this runner's runs folder."""
@@ -103,12 +103,8 @@ class Runner:
         )
 
     def model_for(self, loaded_pack: LoadedPack, override: str | None = None) -> str:
-        """The model name a pack asks for: ``--model`` (a key or a name), else its key's name
-        in llm.models ('auto' when no table names it)."""
-        models = self.loaded.config.llm.models
-        if override:
-            return models.get(override, override)
-        return models.get(loaded_pack.settings.model, "auto")
+        """The model name a pack asks for (see ``ModelResolver.model_for``)."""
+        return self.models.model_for(loaded_pack.settings.model, override)
 
     async def resolve(
         self,
@@ -118,69 +114,11 @@ class Runner:
         model: str | None = None,
         fresh: bool = False,
     ) -> Resolution:
-        """Which backend and model a run of this pack would use, and why. Answers are kept for
-        ``RESOLVE_TTL`` seconds, so a busy runner does not ask the server for its models before
-        every run; ``fresh`` asks again."""
-        key = (self.pack(pack_name).settings.model, backend, model)
-        kept = self._resolved.get(key)
-        if kept and not fresh and time.monotonic() - kept[0] < RESOLVE_TTL:
-            return kept[1]
-        resolution = await self._resolve(pack_name, backend=backend, model=model)
-        self._resolved[key] = (time.monotonic(), resolution)
-        return resolution
-
-    async def _resolve(
-        self, pack_name: str, *, backend: str | None, model: str | None
-    ) -> Resolution:
-        llm = self.loaded.config.llm
-        return await resolve_llm(
-            llm,
-            model_key=self.pack(pack_name).settings.model,
-            catalogs=self.backends.catalog,
-            backend=backend,
-            model=model,
-            probe=self._probe if llm.selection.probe_tools else None,
+        """Which backend and model a run of this pack would use, and why
+        (``ModelResolver.resolve``)."""
+        return await self.models.resolve(
+            self.pack(pack_name).settings.model, backend=backend, model=model, fresh=fresh
         )
-
-    async def _probe(self, backend: str, model: str) -> bool:
-        from fabric.infrastructure.llm.probe_cache import ProbeCache
-
-        options = self.backends.options(model)
-        if options.text_tool_calls or options.constrained_tool_calls:
-            return True  # the user chose how this model's calls are read; a probe cannot judge
-        cache = ProbeCache()
-        url = base_url_of(self.backends.settings(backend)) or backend
-        known = cache.get(backend, url, model)
-        if known is not None:
-            return known
-        client = await self.backends.client(backend, model)
-        try:
-            answer = await probe_tools(client)
-        finally:
-            await client.aclose()
-        cache.set(backend, url, model, answer)
-        return answer
-
-    async def _chat(self, resolution: Resolution, runlog: RunLog) -> ChatClient:
-        """The resolved model's client, with retries and the configured fallbacks."""
-        llm = self.loaded.config.llm
-        inner = await self.backends.client(resolution.backend, resolution.model, resolution.info)
-        chat: ChatClient = RetryingChatClient(inner, llm.retry, on_event=runlog.emit)
-        if llm.fallback:
-            steps = [(step, self._fallback_factory(step, runlog)) for step in llm.fallback]
-            chat = FallbackChatClient(chat, steps, on_event=runlog.emit, backend=resolution.backend)
-        return chat
-
-    def _fallback_factory(
-        self, step: FallbackStep, runlog: RunLog
-    ) -> Callable[[], Awaitable[ChatClient]]:
-        retry = self.loaded.config.llm.retry
-
-        async def make() -> ChatClient:
-            inner = await self.backends.client(step.backend, step.model)
-            return RetryingChatClient(inner, retry, on_event=runlog.emit)
-
-        return make
 
     async def run(
         self,
@@ -297,7 +235,9 @@ class Runner:
         """What a run or a resumed run needs, set up in order (model, confinement, runlog,
         chat client), with any failure kept as the run's start error so it still gets a
         runlog; closed again afterwards, whatever happened."""
-        resolution, unresolved = await self._try_resolve(loaded_pack.pack.name, backend, model)
+        model_key = loaded_pack.settings.model
+        resolved = await self.models.try_resolve(model_key, backend, model)
+        resolution = resolved[0]
         read_only, commands, unconfined = await asyncio.to_thread(
             self._confinement, loaded_pack, workspace
         )
@@ -306,9 +246,7 @@ class Runner:
         unrecorded = _record_start(runlog.run_id, workspace)
         chat: ChatClient | None = None
         try:
-            chat, unresolved = await self._open_chat(
-                loaded_pack, model, resolution, unresolved, runlog
-            )
+            chat, unresolved = await self.models.open_chat(model_key, model, resolved, runlog)
             start_error = unrecorded or unconfined or unresolved
             yield _Session(runlog, chat, commands, start_error, resolution, read_only)
         finally:
@@ -390,39 +328,6 @@ class Runner:
         except SandboxError as exc:
             return read_only, None, exc
 
-    async def _try_resolve(
-        self, pack_name: str, backend: str | None, model: str | None
-    ) -> tuple[Resolution | None, FabricError | None]:
-        """The run's model, or why none could be found (recorded as a failed run, with its
-        runlog; configuration errors are raised). Skipped when a chat factory is injected."""
-        if self.chat_factory is not None:
-            return None, None
-        try:
-            return await self.resolve(pack_name, backend=backend, model=model), None
-        except ConfigError:
-            raise
-        except Exception as exc:
-            return None, _setup_error(exc)
-
-    async def _open_chat(
-        self,
-        loaded_pack: LoadedPack,
-        model: str | None,
-        resolution: Resolution | None,
-        unresolved: FabricError | None,
-        runlog: RunLog,
-    ) -> tuple[ChatClient | None, FabricError | None]:
-        """The run's chat client, or why it could not be set up (e.g. the embedded model
-        server failed to start)."""
-        if self.chat_factory is not None:
-            return self.chat_factory(self.model_for(loaded_pack, model)), None
-        if resolution is None:
-            return None, unresolved
-        try:
-            return await self._chat(resolution, runlog), None
-        except Exception as exc:
-            return None, _setup_error(exc)
-
     async def replay(
         self, path: Path, *, live: bool = False, recording: Recording | None = None
     ) -> ReplayReport:
@@ -491,16 +396,6 @@ def _record_start(run_id: str, workspace: Path) -> FabricError | None:
 def _verify_meta(verify: str | None) -> dict[str, str]:
     """A task's own verification, kept in ``run_started`` so a resumed run checks the same."""
     return {} if verify is None else {"verify_override": verify}
-
-
-def _setup_error(exc: Exception) -> FabricError:
-    """Why no model could be set up, as the error a failed run records."""
-    if isinstance(exc, FabricError):
-        return exc
-    return RunError(
-        f"the model could not be set up: {type(exc).__name__}: {exc}",
-        hint="check the backend's settings and files (e.g. the model file); see the runlog",
-    )
 
 
 def _limits(limits: Limits, max_steps: int | None) -> Limits:

@@ -28,7 +28,8 @@ from fabric.config.eval_suite_loader import load_suite
 from fabric.config.eval_suite_settings import with_pack_settings
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError
-from fabric.interfaces.compose import ChatFactory, Runner, build_runner
+from fabric.interfaces.compose import Runner, build_runner
+from fabric.interfaces.model_resolver import ChatFactory
 
 from .eval_setup import AttemptFolders, ConfinedChecks, RunnerTasks
 from .eval_store import ATTEMPTS, MANIFEST, RESULTS, SUMMARY, EvalFolder
