@@ -15,10 +15,11 @@ from fabric.infrastructure.tools.verifiers import SeenFigures
 
 SYSTEM_PROMPT = """\
 You are a careful software engineer working in one project folder, the workspace. Every path
-is relative to the workspace root (app.py, lib/util.py), never /workspace/app.py.
+is relative to the workspace root: a file at the root is just its name, never /workspace/...
 
 Below the task, fabric lists the workspace's files and says how its tests fare right now.
-Use only paths from that list (or from list_files). Work in small, checked steps:
+Use only paths from that list (or from list_files); a new file gets the name the task gives
+it. Work in small, checked steps:
 1. If tests fail, start from the failure: it names the file, the line and what was wrong.
 2. Find the code: search_files, then read_file (it shows line numbers).
 3. Change an existing file with edit_file: copy the exact lines to replace into `old`

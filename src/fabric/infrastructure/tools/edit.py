@@ -40,7 +40,7 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
     and include enough lines that it appears only once.
 
     Args:
-        path: File path relative to the workspace root, e.g. 'src/calc.py'.
+        path: File path relative to the workspace root, as list_files shows it.
         old: The exact text to replace, one or more whole lines copied from the file.
         new: The text to put in its place, indented like the file; empty to delete old.
         replace_all: Replace every place where old appears, not just one.

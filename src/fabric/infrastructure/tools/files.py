@@ -238,7 +238,6 @@ def search_files(
     max_results: int = 100,
 ) -> str:
     """Find text in the workspace's files; answers 'path:line: text' for each matching line.
-    Example: search_files(pattern="def parse_date", glob="*.py").
 
     Args:
         pattern: Text to find (a regular expression when regex is true).

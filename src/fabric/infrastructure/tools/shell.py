@@ -75,7 +75,7 @@ async def shell(ctx: ToolContext, command: str, timeout: float | None = None) ->
     down to the failures and the summary. Example: shell(command="python -m pytest -q").
 
     Args:
-        command: One program and its arguments, e.g. 'python -m pytest -q tests/test_calc.py'.
+        command: One program and its arguments.
         timeout: Seconds before the command is stopped (the pack sets the most).
     """
     sandbox = ctx.sandbox
