@@ -55,17 +55,20 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     store = SqliteTaskStore(service_files(loaded)[0])
     roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
     service = TaskService(
-        runner, store, workspace_roots=roots, max_task_chars=settings.max_task_chars
+        runner,
+        store,
+        workspace_roots=roots,
+        max_task_chars=settings.max_task_chars,
+        executor=lambda run: LocalExecutor(
+            run,
+            limit=settings.concurrency,
+            per_pack=settings.pack_concurrency,
+            share_workspaces=settings.share_workspaces,
+        ),
     )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        service.executor = LocalExecutor(
-            service.run,
-            limit=settings.concurrency,
-            per_pack=settings.pack_concurrency,
-            share_workspaces=settings.share_workspaces,
-        )
         interrupted, requeued = await service.recover()
         log.info("service.started", interrupted=interrupted, requeued=requeued)
         try:

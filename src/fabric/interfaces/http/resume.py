@@ -50,7 +50,7 @@ async def requeue(service: TaskService, task_id: str, max_steps: int | None) -> 
 
     record = await service.get(task_id)
     executor = service.executor
-    if executor is None or not executor.accepting:
+    if not executor.accepting:
         raise ServiceUnavailable("the service is shutting down; no task is resumed now")
     if task_id in service.resuming or executor.holds(task_id) or not record.final:
         raise NotResumable(

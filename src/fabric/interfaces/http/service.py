@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +34,7 @@ from fabric.interfaces.compose import Runner
 from fabric.interfaces.search_check import search_problem
 
 from .approvals import BY_HTTP, Approvals, Conflict, call_logged
-from .executor import LocalExecutor
+from .executor import LocalExecutor, RunTask
 from .resume import resume_run
 
 log = structlog.get_logger("fabric.tasks")
@@ -54,12 +54,15 @@ class TaskService:
         *,
         workspace_roots: list[Path],
         max_task_chars: int,
+        executor: Callable[[RunTask], TaskExecutor],
     ) -> None:
+        """``executor`` makes what runs the submitted tasks, given the function that runs one
+        (this service's ``run``)."""
         self.runner = runner
         self.store = store
         self.roots = [r.resolve() for r in workspace_roots]
         self.max_task_chars = max_task_chars
-        self.executor: TaskExecutor | None = None
+        self.executor: TaskExecutor = executor(self.run)
         self.progress: dict[str, int] = {}
         """Steps so far of running tasks (kept in memory; the store has the final count)."""
         self.wakers: dict[str, set[asyncio.Event]] = {}
@@ -114,7 +117,7 @@ class TaskService:
         problem = await search_problem(pack, self.runner.pack(pack))
         if problem is not None:  # every search would fail once the task runs: refuse it now
             raise problem
-        if self.executor is None or not self.executor.accepting:
+        if not self.executor.accepting:
             raise ServiceUnavailable(_SHUTTING_DOWN)
         record = TaskRecord(
             id=new_run_id(),
@@ -149,7 +152,7 @@ class TaskService:
         record = await self.get(task_id)
         if record.final:
             return record
-        how = self.executor.cancel(task_id) if self.executor else None
+        how = self.executor.cancel(task_id)
         if how is None:  # not held here: it ended meanwhile, so report how it ended
             return await self.get(task_id)
         if how == "dequeued":
@@ -264,7 +267,7 @@ class TaskService:
 
     def is_live(self, task_id: str) -> bool:
         """Whether the task is still queued or running here (its runlog may still grow)."""
-        return self.executor is not None and self.executor.holds(task_id)
+        return self.executor.holds(task_id)
 
     def _observer(self, task_id: str) -> Any:
         def observe(event: Mapping[str, Any]) -> None:
@@ -283,9 +286,8 @@ class TaskService:
     async def recover(self) -> tuple[list[str], list[str]]:
         """After a (re)start: running tasks become interrupted, queued ones run again."""
         interrupted, queued = await self.store.recover()
-        if self.executor is not None:
-            for record in queued:
-                self.executor.submit(record)
+        for record in queued:
+            self.executor.submit(record)
         return [r.id for r in interrupted], [r.id for r in queued]
 
 
