@@ -6,17 +6,32 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from fabric.application.commands import CommandRunner
 from fabric.application.replay import Recording, ReplayReport, replay
 from fabric.domain.errors import ConfigError, FabricError, SandboxError
-from fabric.infrastructure.runlog import new_run_id, read_runlog
+from fabric.infrastructure.packs.registry import LoadedPack
+from fabric.infrastructure.runlog import JsonlRunLog, new_run_id, read_runlog
+from fabric.infrastructure.runlog.writer import Observer
 
-if TYPE_CHECKING:
-    from fabric.interfaces.compose import Runner
+
+class Runs(Protocol):
+    """What a replay needs of the ``Runner`` it runs in (compose.py)."""
+
+    @property
+    def protected_paths(self) -> tuple[Path, ...]: ...
+
+    def pack_for(self, started: Mapping[str, Any]) -> LoadedPack: ...
+
+    def commands_for(self, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None: ...
+
+    def read_only_in(self, workspace: Path) -> tuple[Path, ...]: ...
+
+    def open_runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog: ...
 
 
 def recording_of(path: Path) -> tuple[Recording, list[str]]:
@@ -30,7 +45,7 @@ def recording_of(path: Path) -> tuple[Recording, list[str]]:
 
 
 async def replay_run(
-    runner: Runner, path: Path, *, live: bool = False, recording: Recording | None = None
+    runner: Runs, path: Path, *, live: bool = False, recording: Recording | None = None
 ) -> ReplayReport:
     """Replay the runlog at ``path`` (already read: ``recording``) as a new run in
     ``runner``'s runs folder."""

@@ -13,21 +13,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from fabric.application.ports import Approver
 from fabric.application.resume import plan_resume
 from fabric.domain.errors import ConfigError
-from fabric.domain.models import RunResult
 from fabric.domain.tasks import INTERRUPTED, QUEUED, TaskRecord
 from fabric.infrastructure.runlog import read_runlog
-from fabric.infrastructure.runlog.writer import Observer
-from fabric.interfaces.compose import Runner
 
 from .approvals import Conflict
-
-if TYPE_CHECKING:
-    from .service import TaskService
+from .service import ServiceUnavailable, TaskService
 
 RESUMABLE = (INTERRUPTED, "max_steps")
 """The task states a resume starts from."""
@@ -46,8 +39,6 @@ async def requeue(service: TaskService, task_id: str, max_steps: int | None) -> 
     404 (``NotFound``) for an unknown task; ``NotResumable`` (409) when it is queued or running,
     ended otherwise, has no runlog, or hit its step limit and no higher ``max_steps`` is given;
     422 when its pack is no longer configured; 503 while the service shuts down."""
-    from .service import ServiceUnavailable
-
     record = await service.get(task_id)
     executor = service.executor
     if not executor.accepting:
@@ -113,22 +104,4 @@ async def _plan(service: TaskService, record: TaskRecord, limit: int | None) -> 
         raise NotResumable(exc.message, hint=hint) from exc
 
 
-async def resume_run(
-    runner: Runner,
-    record: TaskRecord,
-    path: Path,
-    *,
-    observers: tuple[Observer, ...],
-    cancel: asyncio.Event,
-    approver: Approver | None = None,
-) -> RunResult:
-    """Run a resumed task to its end: the same run, appended to its runlog at ``path``;
-    ``approver`` answers the policy's asks in the new steps."""
-    events, _ = await asyncio.to_thread(read_runlog, path)
-    return await runner.resume(
-        events, path, max_steps=record.max_steps, observers=observers, cancel=cancel,
-        approver=approver,
-    )  # fmt: skip
-
-
-__all__ = ["RESUMABLE", "NotResumable", "requeue", "resume_run"]
+__all__ = ["RESUMABLE", "NotResumable", "requeue"]

@@ -29,13 +29,12 @@ from fabric.domain.tasks import (
     TaskRecord,
 )
 from fabric.infrastructure.packs.registry import LoadedPack
-from fabric.infrastructure.runlog import new_run_id
+from fabric.infrastructure.runlog import new_run_id, read_runlog
 from fabric.interfaces.compose import Runner
 from fabric.interfaces.search_check import search_problem
 
 from .approvals import BY_HTTP, Approvals, Conflict, call_logged
 from .executor import LocalExecutor, RunTask
-from .resume import resume_run
 
 log = structlog.get_logger("fabric.tasks")
 
@@ -212,9 +211,11 @@ class TaskService:
         runlog = self.runlog_path(task_id)
         try:
             if runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog
-                result = await resume_run(
-                    self.runner, record, runlog, observers=(self._observer(task_id),),
-                    cancel=cancel, approver=self.approvals.for_task(task_id),
+                events, _ = await asyncio.to_thread(read_runlog, runlog)
+                result = await self.runner.resume(
+                    events, runlog, max_steps=record.max_steps,
+                    observers=(self._observer(task_id),), cancel=cancel,
+                    approver=self.approvals.for_task(task_id),
                 )  # fmt: skip
             else:
                 result = await self.runner.run(
