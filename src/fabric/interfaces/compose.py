@@ -41,7 +41,6 @@ from fabric.infrastructure.sandbox import (
 from fabric.interfaces.model_resolver import ChatFactory, ModelResolver
 
 _log = logging.getLogger(__name__)
-"""Builds a chat client for a model name (tests inject one to skip backends entirely)."""
 
 
 def redact_url(url: str) -> str:

@@ -60,7 +60,7 @@ def load(config: Path | None, as_json: bool) -> LoadedConfig:
 
     with contextlib.suppress(OSError):  # a ledger fabric cannot write: the run says so
         for line in close_dead():  # what a run whose fabric died left in .git
-            typer.echo(f"fabric removed {line}", err=True)
+            say(f"fabric removed {line}")
     try:
         loaded = load_config(config)
         window = written_during_a_run(loaded.source) if config is None else None
@@ -89,5 +89,5 @@ def read_run(
     except ConfigError as exc:
         fail(exc, as_json=as_json, code=2)
     for problem in problems:
-        typer.echo(f"warning: {problem}", err=True)
+        say(f"warning: {problem}")
     return path, events
