@@ -84,13 +84,17 @@ class AttemptRecord:
     @property
     def false_success(self) -> bool:
         """The run claimed it was done, and the checks (all of them made) say it was not."""
-        return self.status == COMPLETED and not self.passed and not self.check_error
+        return self._refuted(COMPLETED)
 
     @property
     def unconfirmed_failure(self) -> bool:
         """The run said it was done but that its checks could not confirm it (a status that
         asks the reader to look), and the eval's checks say it was not done."""
-        return self.status == UNCONFIRMED and not self.passed and not self.check_error
+        return self._refuted(UNCONFIRMED)
+
+    def _refuted(self, status: str) -> bool:
+        """The run ended ``status`` and the checks, all of them made, failed."""
+        return self.status == status and not self.passed and not self.check_error
 
     def as_json(self) -> dict[str, Any]:
         return {

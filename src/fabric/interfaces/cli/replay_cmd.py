@@ -12,6 +12,8 @@ import typer
 
 from fabric.config.loader import LoadedConfig
 
+from .startup import say
+
 if TYPE_CHECKING:
     from fabric.application.replay import ReplayReport
 
@@ -23,7 +25,7 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
 
     recording, problems = recording_of(path)
     for problem in problems:
-        typer.echo(f"warning: {problem}", err=True)
+        say(f"warning: {problem}")
     runner = build_runner(loaded)
 
     async def go() -> ReplayReport:
