@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fabric.application.job import Kit, RunRequest
 from fabric.application.replay import replay
 from fabric.config.loader import LoadedConfig, load_config
 from fabric.infrastructure.runlog import JsonlRunLog, read_runlog
@@ -72,7 +73,7 @@ def record(root: Path, steps: int) -> Path:
     async def go() -> str | None:
         try:
             result = await runner.run(
-                "reader", "Read small.py again and again.", workspace=root / "ws", max_steps=steps
+                RunRequest("reader", "Read small.py again and again.", root / "ws", max_steps=steps)
             )
         finally:
             await runner.aclose()
@@ -117,7 +118,7 @@ def time_parts(loaded: LoadedConfig, root: Path, runlog: Path, repeats: int) -> 
         log = JsonlRunLog(root / "runs", run_id)
         started = time.perf_counter()
         report = asyncio.run(
-            replay(events, pack=pack, runlog=log, run_id=run_id, workspace=root / "ws")
+            replay(events, pack=pack, run_id=run_id, workspace=root / "ws", kit=Kit(None, log))
         )
         driving.append((time.perf_counter() - started) * 1000)
         if not report.identical:

@@ -14,7 +14,8 @@ while the next POSTs are made). Figures: tasks/s from the burst's first POST to 
 task's end; p50/p99 latency of ``POST /tasks`` in the burst (mostly queueing: the service is
 running the tasks it took) and one at a time; the server's RSS when idle after the warm-up
 and its peak RSS (VmHWM) after the burst. Exit status 1 unless every task completed exactly
-once with one complete runlog and the mock model saw exactly tasks x steps calls.
+once (``completed_unconfirmed``: nothing in these tasks can confirm the work) with one complete
+runlog and the mock model saw exactly tasks x steps calls.
 """
 
 from __future__ import annotations
@@ -224,7 +225,9 @@ async def _measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]
     problems = []
     if len(set(ids)) != total or set(statuses) != set(ids):
         problems.append(f"{len(set(ids))} distinct ids submitted, {len(statuses)} listed")
-    if set(statuses.values()) != {"completed"}:
+    # a task that only reads and writes files proves nothing a check could confirm: the pack's
+    # checks all pass without confirming the work (as in tests/e2e/test_service_load.py)
+    if set(statuses.values()) != {"completed_unconfirmed"}:
         problems.append(f"statuses: {sorted(set(statuses.values()))}")
     if requests != total * args.steps:
         problems.append(f"the model got {requests} calls, not {total * args.steps}")

@@ -7,12 +7,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
+from fabric.domain.models import ChatDelta
 from fabric.domain.runlog import READABLE_VERSIONS
 from fabric.infrastructure.runlog import schema_path
 
@@ -23,6 +24,20 @@ VALIDATORS = {
     for version in READABLE_VERSIONS
 }
 """A validator per runlog format version, for the schema of that version."""
+
+
+class OnDelta:
+    """A run observer (``RunObserver``) that watches only the model's reply as it streams in:
+    each piece goes to ``sink`` (what ``on_delta=sink`` did before observers)."""
+
+    def __init__(self, sink: Callable[[ChatDelta], None]) -> None:
+        self.sink = sink
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        pass
+
+    def delta(self, delta: ChatDelta) -> None:
+        self.sink(delta)
 
 
 def read_events(path: Path | str) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from support import assert_valid_runlog, kinds
 from test_service import GUARD, Service, project, wait_until
 
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Job, Kit
 from fabric.application.resilience import RetryingChatClient
 from fabric.config.schema import RetrySettings
 from fabric.domain.models import RunResult, RunStatus
@@ -154,14 +155,8 @@ def run_in_process(server: TricklingServer, runs: Path, workspace: Path, *, stre
         retry = RetrySettings(attempts=2, initial_delay=0.05)
         chat = RetryingChatClient(inner, retry, on_event=log.emit)
         try:
-            return await execute_task(
-                "say hi",
-                pack=build(EngineeringSettings(builder="packs.engineering:build")),
-                chat=chat,
-                runlog=log,
-                run_id="run-1",
-                workspace=workspace,
-            )
+            pack = build(EngineeringSettings(builder="packs.engineering:build"))
+            return await execute_task(Job("say hi", pack, "run-1", workspace), Kit(chat, log))
         finally:
             await chat.aclose()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from support import assert_valid_runlog
 
+from fabric.application.job import RunRequest
 from fabric.config.loader import load_config
 from fabric.interfaces.compose import build_runner
 from fabric.testing import ScriptedChatClient, tool_call
@@ -52,7 +53,7 @@ def test_readme_python_pack_example_runs(user_project: Path, workspace: Path) ->
         chat_factory=lambda model: client,
         runs_dir=user_project / "runs",
     )
-    result = asyncio.run(runner.run("triage", "label this", workspace=workspace))
+    result = asyncio.run(runner.run(RunRequest("triage", "label this", workspace=workspace)))
     assert result.succeeded, result
     assert result.payload == {"label": "bug"}
     tool_message = next(m for m in client.requests[1][0] if m["role"] == "tool")
@@ -77,6 +78,6 @@ def test_readme_pack_example_stays_in_the_workspace(user_project: Path, workspac
         chat_factory=lambda model: client,
         runs_dir=user_project / "runs",
     )
-    asyncio.run(runner.run("triage", "label this", workspace=workspace))
+    asyncio.run(runner.run(RunRequest("triage", "label this", workspace=workspace)))
     tool_message = next(m for m in client.requests[1][0] if m["role"] == "tool")
     assert "outside the workspace" in tool_message["content"]

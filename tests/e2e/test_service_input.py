@@ -18,6 +18,7 @@ import pytest
 from support import run_fabric
 from test_service import Service, error_shape, project, writer_then_finish
 
+from fabric.application.job import RunRequest
 from fabric.config.loader import load_config
 from fabric.domain.errors import ConfigError
 from fabric.interfaces.compose import build_runner
@@ -176,7 +177,7 @@ def test_fabric_run_refuses_the_same_workspaces(tmp_path: Path, workspace: str, 
 def _run_in_process(folder: Path, workspace: str) -> str:
     runner = build_runner(load_config(folder / "fabric.yaml"))
     with pytest.raises(ConfigError) as refused:
-        asyncio.run(runner.run("reviewer", "look", workspace=Path(workspace)))
+        asyncio.run(runner.run(RunRequest("reviewer", "look", workspace=Path(workspace))))
     return str(refused.value)
 
 

@@ -13,6 +13,7 @@ from support import assert_valid_runlog
 
 from fabric.application.approvals import AutoApprover, RecordedApprover
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.pack import Pack
 from fabric.application.ports import Approver
 from fabric.config.policy import PolicySettings
@@ -101,10 +102,11 @@ def run(
     log = MemoryRunLog("run-p")
     result = asyncio.run(
         execute_task(
-            "do it", pack=pack, chat=client, runlog=log, run_id="run-p", workspace=Path("."),
-            approver=approver, cancel=cancel,
+            Job("do it", pack, "run-p", Path(".")),
+            Kit(client, log),
+            Control(cancel=cancel, approver=approver),
         )
-    )  # fmt: skip
+    )
     return result, assert_valid_runlog(log.events), client
 
 

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import assert_valid_runlog, kinds
+from support import OnDelta, assert_valid_runlog, kinds
 
+from fabric.application.cost import Prices
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.pack import Pack
 from fabric.application.ports import ChatClient
 from fabric.application.resilience import FallbackChatClient, RetryingChatClient
@@ -53,18 +55,19 @@ def step(name: str, args: dict[str, Any], prompt: int, completion: int) -> ChatR
 
 
 def run(
-    chat: ChatClient, workspace: Path, log: MemoryRunLog | None = None, **kwargs: Any
+    chat: ChatClient,
+    workspace: Path,
+    log: MemoryRunLog | None = None,
+    *,
+    prices: Prices | None = None,
+    control: Control | None = None,
 ) -> tuple[RunResult, list[dict[str, Any]]]:
     log = log or MemoryRunLog("run-1")
     result = asyncio.run(
         execute_task(
-            "answer",
-            pack=PACK,
-            chat=chat,
-            runlog=log,
-            run_id="run-1",
-            workspace=workspace,
-            **kwargs,
+            Job("answer", PACK, "run-1", workspace),
+            Kit(chat, log, prices=prices),
+            control or Control(),
         )
     )
     return result, assert_valid_runlog(log.events)
@@ -146,7 +149,7 @@ def test_tool_calls_parsed_from_text_and_adapter_warnings_are_recorded(workspace
 def test_streamed_pieces_reach_on_delta_in_order(workspace: Path) -> None:
     deltas: list[ChatDelta] = []
     chat = ScriptedChatClient([reply("thinking"), step("finish_task", {"answer": "a"}, 1, 1)])
-    result, _ = run(chat, workspace, on_delta=deltas.append)
+    result, _ = run(chat, workspace, control=Control(observers=(OnDelta(deltas.append),)))
     assert result.status is RunStatus.COMPLETED
     assert deltas[0] == ChatDelta(text="thinking")
     assert deltas[-1] == ChatDelta(

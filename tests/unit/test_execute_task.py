@@ -17,6 +17,7 @@ from support import assert_valid_runlog, kinds
 
 from fabric.application.context import ToolContext
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.pack import Pack
 from fabric.config.schema import Limits
 from fabric.domain.errors import ModelAuthError, ModelConnectionError, ToolError
@@ -125,15 +126,9 @@ def run(
     log = log or MemoryRunLog("run-1")
     result = asyncio.run(
         execute_task(
-            task,
-            pack=pack or tools.pack(),
-            chat=chat,
-            runlog=log,
-            run_id="run-1",
-            workspace=workspace,
-            limits=limits,
-            cancel=cancel if cancel is not None else tools.cancel,
-            protected=protected,
+            Job(task, pack or tools.pack(), "run-1", workspace, limits or Limits()),
+            Kit(chat, log, protected=protected),
+            Control(cancel=cancel if cancel is not None else tools.cancel),
         )
     )
     events = assert_valid_runlog(log.events)
@@ -223,13 +218,14 @@ def test_meta_is_recorded_but_cannot_overwrite_the_run_facts(workspace: Path) ->
     log = MemoryRunLog("run-1")
     asyncio.run(
         execute_task(
-            "t",
-            pack=Tools().pack(),
-            chat=ScriptedChatClient([tool_call("finish_task", answer="a")]),
-            runlog=log,
-            run_id="run-1",
-            workspace=workspace,
-            meta={"fabric_version": "9.9", "pack": "spoofed", "kind": "spoofed"},
+            Job(
+                "t",
+                Tools().pack(),
+                "run-1",
+                workspace,
+                meta={"fabric_version": "9.9", "pack": "spoofed", "kind": "spoofed"},
+            ),
+            Kit(ScriptedChatClient([tool_call("finish_task", answer="a")]), log),
         )
     )
     started = assert_valid_runlog(log.events)[0]
@@ -578,9 +574,7 @@ def test_cancelling_the_asyncio_task_logs_the_end_and_propagates(workspace: Path
 
     async def main() -> None:
         task = asyncio.create_task(
-            execute_task(
-                "t", pack=pack, chat=client, runlog=log, run_id="run-1", workspace=workspace
-            )
+            execute_task(Job("t", pack, "run-1", workspace), Kit(client, log))
         )
         await started.wait()
         task.cancel()
@@ -753,9 +747,7 @@ def test_a_lone_surrogate_from_the_model_is_logged_and_run_on(
     )
     log = JsonlRunLog(tmp_path / "runs", "run-1")
     result = asyncio.run(
-        execute_task(
-            "t", pack=Tools().pack(), chat=client, runlog=log, run_id="run-1", workspace=workspace
-        )
+        execute_task(Job("t", Tools().pack(), "run-1", workspace), Kit(client, log))
     )
     assert result.status is RunStatus.COMPLETED
     raw = Path(log.location).read_bytes()
@@ -807,13 +799,8 @@ def test_artifacts_go_beside_the_file_runlog(workspace: Path, tmp_path: Path) ->
     log = JsonlRunLog(runs, "run-7")
     result = asyncio.run(
         execute_task(
-            "t",
-            pack=Tools().pack(),
-            chat=client,
-            runlog=log,
-            run_id="run-7",
-            workspace=workspace,
-            limits=Limits(tool_output_chars=500),
+            Job("t", Tools().pack(), "run-7", workspace, Limits(tool_output_chars=500)),
+            Kit(client, log),
         )
     )
     assert result.runlog_path == str(runs / "run-7" / "runlog.jsonl")
@@ -909,16 +896,7 @@ def test_base_exceptions_still_end_the_log_then_propagate(
     log = MemoryRunLog("run-1")
     client = ScriptedChatClient([tool_call("echo", text="x"), raised])
     with pytest.raises(type(raised)):
-        asyncio.run(
-            execute_task(
-                "t",
-                pack=Tools().pack(),
-                chat=client,
-                runlog=log,
-                run_id="run-1",
-                workspace=workspace,
-            )
-        )
+        asyncio.run(execute_task(Job("t", Tools().pack(), "run-1", workspace), Kit(client, log)))
     events = assert_valid_runlog(log.events)
     assert finished(events)["status"] == status and finished(events)["steps"] == 2
     assert log.closed

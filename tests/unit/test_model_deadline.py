@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from support import assert_valid_runlog, kinds
+from support import OnDelta, assert_valid_runlog, kinds
 
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.ports import ChatClient
 from fabric.application.resilience import RetryingChatClient, retries_exhausted
 from fabric.config.schema import RetrySettings, Timeouts
@@ -330,15 +331,11 @@ def run_task(
     on_delta: Callable[[ChatDelta], None] | None = None,
 ) -> RunResult:
     pack = build(EngineeringSettings(builder="packs.engineering:build"))
+    observers = (OnDelta(on_delta),) if on_delta is not None else ()
     work = execute_task(
-        "say hi",
-        pack=pack,
-        chat=chat,
-        runlog=log,
-        run_id="run-1",
-        workspace=workspace,
-        cancel=cancel,
-        on_delta=on_delta,
+        Job("say hi", pack, "run-1", workspace),
+        Kit(chat, log),
+        Control(cancel=cancel, observers=observers),
     )
     return guarded(work)
 
@@ -417,14 +414,7 @@ def test_cancelling_the_task_during_a_model_call_cancels_the_call_too(workspace:
     async def main() -> None:
         pack = build(EngineeringSettings(builder="packs.engineering:build"))
         task = asyncio.create_task(
-            execute_task(
-                "t",
-                pack=pack,
-                chat=FunctionChatClient(never),
-                runlog=log,
-                run_id="run-1",
-                workspace=workspace,
-            )
+            execute_task(Job("t", pack, "run-1", workspace), Kit(FunctionChatClient(never), log))
         )
         await calling.wait()
         task.cancel()

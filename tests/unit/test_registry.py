@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from support import assert_valid_runlog, kinds, line_of, write
 
+from fabric.application.job import RunRequest
 from fabric.config.loader import LoadedConfig, load_config
 from fabric.domain.errors import ConfigError, PackError
 from fabric.infrastructure.packs.registry import load_pack
@@ -425,7 +426,7 @@ def test_declarative_pack_runs_end_to_end(tmp_path: Path, workspace: Path) -> No
 
     runs = tmp_path / "runs"
     runner = build_runner(load(tmp_path, REVIEWER), chat_factory=factory, runs_dir=runs)
-    result = asyncio.run(runner.run("reviewer", "review app.py", workspace=workspace))
+    result = asyncio.run(runner.run(RunRequest("reviewer", "review app.py", workspace=workspace)))
 
     assert result.succeeded, result
     assert result.payload == {
@@ -460,11 +461,11 @@ def test_runner_refuses_an_empty_task_and_a_missing_workspace(tmp_path: Path) ->
         runs_dir=tmp_path / "runs",
     )
     with pytest.raises(ConfigError, match="task is empty"):
-        asyncio.run(runner.run("reviewer", "  "))
+        asyncio.run(runner.run(RunRequest("reviewer", "  ")))
     with pytest.raises(ConfigError, match="is not a folder"):
-        asyncio.run(runner.run("reviewer", "x", workspace=tmp_path / "missing"))
+        asyncio.run(runner.run(RunRequest("reviewer", "x", workspace=tmp_path / "missing")))
     with pytest.raises(ConfigError, match="max-steps"):
-        asyncio.run(runner.run("reviewer", "x", workspace=tmp_path, max_steps=0))
+        asyncio.run(runner.run(RunRequest("reviewer", "x", workspace=tmp_path, max_steps=0)))
     assert not (tmp_path / "runs").exists()  # nothing ran, so no runlog was started
 
 
@@ -533,7 +534,7 @@ def test_a_cli_run_cannot_read_the_services_task_database_or_rewrite_its_config(
         ]
     )
     runner = build_runner(loaded, chat_factory=lambda model: client, runs_dir=tmp_path / "runs")
-    result = asyncio.run(runner.run("reviewer", "read it", workspace=tmp_path))
+    result = asyncio.run(runner.run(RunRequest("reviewer", "read it", workspace=tmp_path)))
     events = assert_valid_runlog(Path(str(result.runlog_path)))
     [refused] = [e for e in events if e["kind"] == "tool_result"]
     assert refused["ok"] is False and "protected" in refused["output"]

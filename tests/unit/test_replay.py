@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from fabric.application.approvals import AutoApprover
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.pack import Pack
 from fabric.application.replay import ReplayReport, replay
 from fabric.config.schema import SandboxSettings
@@ -85,12 +86,7 @@ def record(tmp_path: Path) -> list[dict[str, Any]]:
     log = MemoryRunLog("orig-1")
     result = asyncio.run(
         execute_task(
-            "shout hi there",
-            pack=make_pack(Counter()),
-            chat=chat,
-            runlog=log,
-            run_id="orig-1",
-            workspace=tmp_path,
+            Job("shout hi there", make_pack(Counter()), "orig-1", tmp_path), Kit(chat, log)
         )
     )
     assert result.status is RunStatus.COMPLETED
@@ -102,7 +98,9 @@ def do_replay(
 ) -> tuple[ReplayReport, list[dict[str, Any]]]:
     log = MemoryRunLog("replay-1")
     report = asyncio.run(
-        replay(events, pack=pack, runlog=log, run_id="replay-1", workspace=tmp_path, live=live)
+        replay(
+            events, pack=pack, run_id="replay-1", workspace=tmp_path, kit=Kit(None, log), live=live
+        )
     )
     return report, assert_valid_runlog(log.events)
 
@@ -286,13 +284,8 @@ def test_jsonl_runlog_artifacts_come_back_whole(tmp_path: Path) -> None:
     log = JsonlRunLog(tmp_path / "runs", "orig-2")
     asyncio.run(
         execute_task(
-            "shout",
-            pack=make_pack(counter),
-            chat=chat,
-            runlog=log,
-            run_id="orig-2",
-            workspace=tmp_path,
-            limits=Limits(tool_output_chars=256),
+            Job("shout", make_pack(counter), "orig-2", tmp_path, Limits(tool_output_chars=256)),
+            Kit(chat, log),
         )
     )
     events = assert_valid_runlog(log.path)
@@ -302,9 +295,9 @@ def test_jsonl_runlog_artifacts_come_back_whole(tmp_path: Path) -> None:
         replay(
             events,
             pack=make_pack(Counter()),
-            runlog=out,
             run_id="replay-2",
             workspace=tmp_path,
+            kit=Kit(None, out),
             run_dir=log.dir,
         )
     )
@@ -329,11 +322,11 @@ def record_with(tmp_path: Path, sandbox: SandboxSettings) -> list[dict[str, Any]
     log = MemoryRunLog("orig-p")
     asyncio.run(
         execute_task(
-            "shout hi there", pack=make_pack(Counter()), chat=chat, runlog=log,
-            run_id="orig-p", workspace=tmp_path, sandbox=sandbox,
-            approver=AutoApprover("cli --yes"),
+            Job("shout hi there", make_pack(Counter()), "orig-p", tmp_path, sandbox=sandbox),
+            Kit(chat, log),
+            Control(approver=AutoApprover("cli --yes")),
         )
-    )  # fmt: skip
+    )
     return assert_valid_runlog(log.events)
 
 
@@ -343,10 +336,14 @@ def replay_with(
     log = MemoryRunLog("replay-p")
     report = asyncio.run(
         replay(
-            events, pack=make_pack(counter), runlog=log, run_id="replay-p",
-            workspace=tmp_path, sandbox=sandbox,
+            events,
+            pack=make_pack(counter),
+            run_id="replay-p",
+            workspace=tmp_path,
+            kit=Kit(None, log),
+            sandbox=sandbox,
         )
-    )  # fmt: skip
+    )
     return report, assert_valid_runlog(log.events)
 
 

@@ -13,6 +13,7 @@ from support import assert_valid_runlog, kinds, read_events
 from test_replay import Counter, make_pack
 
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit, RunRequest
 from fabric.application.replay import Recording, replay
 from fabric.application.resume import plan_resume, resume_task
 from fabric.config.loader import load_config
@@ -61,7 +62,9 @@ def _runner(tmp_path: Path, model: Model) -> Any:
 def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: Path) -> None:
     model = Model(finish_at=4)
     runner = _runner(tmp_path, model)
-    first = asyncio.run(runner.run("engineering", "log", workspace=workspace, max_steps=2))
+    first = asyncio.run(
+        runner.run(RunRequest("engineering", "log", workspace=workspace, max_steps=2))
+    )
     assert first.status.value == "max_steps"
     path = Path(str(first.runlog_path))
     events = read_events(path)
@@ -92,9 +95,9 @@ def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: P
         replay(
             after,
             pack=runner.pack("engineering").pack,
-            runlog=MemoryRunLog(),
             run_id="again",
             workspace=workspace,
+            kit=Kit(None, MemoryRunLog()),
         )
     )
     assert report.identical, report.divergence
@@ -107,7 +110,9 @@ def test_a_run_that_hit_max_steps_goes_on_with_more(tmp_path: Path, workspace: P
 def test_a_half_done_step_and_a_torn_line_are_redone(tmp_path: Path, workspace: Path) -> None:
     model = Model(finish_at=3)
     runner = _runner(tmp_path, model)
-    first = asyncio.run(runner.run("engineering", "log", workspace=workspace, max_steps=2))
+    first = asyncio.run(
+        runner.run(RunRequest("engineering", "log", workspace=workspace, max_steps=2))
+    )
     path = Path(str(first.runlog_path))
     lines = path.read_text().splitlines(keepends=True)
     # cut the log after step 2's tool_call: its result and the end are lost, a line is torn
@@ -132,7 +137,9 @@ def test_a_resume_that_fails_to_start_still_leaves_one_end(tmp_path: Path, works
     """A resume stopped by a configuration error leaves the log as it was; one whose model
     cannot be set up ends failed, with the earlier end kept in run_resumed."""
     runner = _runner(tmp_path, Model(finish_at=9))
-    first = asyncio.run(runner.run("engineering", "log", workspace=workspace, max_steps=1))
+    first = asyncio.run(
+        runner.run(RunRequest("engineering", "log", workspace=workspace, max_steps=1))
+    )
     path = Path(str(first.runlog_path))
     before = path.read_bytes()
     events = read_events(path)
@@ -144,11 +151,16 @@ def test_a_resume_that_fails_to_start_still_leaves_one_end(tmp_path: Path, works
     gone.rename(workspace)
     result = asyncio.run(
         resume_task(
-            plan_resume(events, max_steps=3), pack=runner.pack("engineering").pack, chat=None,
-            runlog=JsonlRunLog.reopen(path), workspace=workspace,
-            start_error=ModelConnectionError("the model server is down"),
+            plan_resume(events, max_steps=3),
+            pack=runner.pack("engineering").pack,
+            workspace=workspace,
+            kit=Kit(
+                None,
+                JsonlRunLog.reopen(path),
+                start_error=ModelConnectionError("the model server is down"),
+            ),
         )
-    )  # fmt: skip
+    )
     assert result.status.value == "failed"
     after = assert_valid_runlog(path)
     assert kinds(after)[len(events) - 1 :] == ["run_resumed", "run_finished"]
@@ -186,11 +198,11 @@ def test_a_resumed_run_does_not_ask_again_for_the_steps_it_redoes(tmp_path: Path
     first = CountingApprover()
     asyncio.run(
         execute_task(
-            "shout", pack=make_pack(Counter()), chat=ScriptedChatClient(script[:1]), runlog=log,
-            run_id="asks", workspace=tmp_path, sandbox=sandbox, approver=first,
-            limits=Limits(max_steps=1),
+            Job("shout", make_pack(Counter()), "asks", tmp_path, Limits(max_steps=1), sandbox),
+            Kit(ScriptedChatClient(script[:1]), log),
+            Control(approver=first),
         )
-    )  # fmt: skip
+    )
     assert first.asked == [(1, "call_0")]
     events = read_events(log.path)
     plan = plan_resume(events, max_steps=5)
@@ -198,11 +210,14 @@ def test_a_resumed_run_does_not_ask_again_for_the_steps_it_redoes(tmp_path: Path
     second, counter = CountingApprover(), Counter()
     result = asyncio.run(
         resume_task(
-            plan, pack=make_pack(counter), chat=ScriptedChatClient(script[1:]),
-            runlog=JsonlRunLog.reopen(log.path), workspace=tmp_path, sandbox=sandbox,
-            approver=second,
+            plan,
+            pack=make_pack(counter),
+            workspace=tmp_path,
+            kit=Kit(ScriptedChatClient(script[1:]), JsonlRunLog.reopen(log.path)),
+            control=Control(approver=second),
+            sandbox=sandbox,
         )
-    )  # fmt: skip
+    )
     assert result.status.value == "completed", result.error
     assert second.asked == [(2, "call_0")]  # step 1's answer came from the log
     assert counter.calls == 1  # step 1's shout was not run again

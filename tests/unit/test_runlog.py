@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 from support import assert_valid_runlog, kinds, read_events
 
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Job, Kit
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunStatus
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
@@ -330,14 +331,15 @@ def test_full_run_against_a_loopback_server_changes_the_workspace(
         log = JsonlRunLog(runs, "run-e2e")
         try:
             return await execute_task(
-                "write hello.py that prints a greeting, and run it",
-                pack=pack,
-                chat=client,
-                runlog=log,
-                run_id="run-e2e",
-                workspace=workspace,
-                protected=(runs,),
-                commands=command_runner(pack.sandbox, workspace, (runs,)),
+                Job(
+                    "write hello.py that prints a greeting, and run it", pack, "run-e2e", workspace
+                ),
+                Kit(
+                    client,
+                    log,
+                    protected=(runs,),
+                    commands=command_runner(pack.sandbox, workspace, (runs,)),
+                ),
             )
         finally:
             await client.aclose()
@@ -410,12 +412,7 @@ def test_a_server_error_mid_run_fails_the_run_with_the_status(
         client = OpenAIChatClient(base_url=base_url, model="m")
         try:
             return await execute_task(
-                "t",
-                pack=pack,
-                chat=client,
-                runlog=JsonlRunLog(tmp_path / "runs", "r"),
-                run_id="r",
-                workspace=workspace,
+                Job("t", pack, "r", workspace), Kit(client, JsonlRunLog(tmp_path / "runs", "r"))
             )
         finally:
             await client.aclose()

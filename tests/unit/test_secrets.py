@@ -232,7 +232,7 @@ def test_runlog_lines_artifacts_and_observers_hold_no_secret(tmp_path: Path) -> 
 def test_a_secret_streamed_in_pieces_never_shows_on_the_terminal() -> None:
     out = io.StringIO()
     progress = Progress(out, live=True, secrets=Secrets([KEY]))
-    progress({"kind": "llm_request", "step": 1})
+    progress.event({"kind": "llm_request", "step": 1})
     for piece in ("The key is ", KEY[:5], KEY[5:14], KEY[14:], " ok"):
         progress.delta(ChatDelta(text=piece))
         assert not any(KEY[:n] in out.getvalue() for n in range(3, len(KEY)))

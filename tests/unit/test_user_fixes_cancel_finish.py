@@ -11,6 +11,7 @@ from typing import Any
 from support import assert_valid_runlog, kinds
 
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.pack import Pack
 from fabric.domain.models import ChatResponse, Message, RunResult, RunStatus
 from fabric.infrastructure.tools.function_tool import FunctionTool
@@ -48,13 +49,9 @@ def _run_cancelled_as_it_answers(
     pack = Pack("p", "", "You answer.", [FunctionTool(echo)], SCHEMA)
     result = asyncio.run(
         execute_task(
-            "what is six times seven?",
-            pack=pack,
-            chat=FunctionChatClient(model),
-            runlog=log,
-            run_id="run-1",
-            workspace=workspace,
-            cancel=cancel,
+            Job("what is six times seven?", pack, "run-1", workspace),
+            Kit(FunctionChatClient(model), log),
+            Control(cancel=cancel),
         )
     )
     return result, assert_valid_runlog(log.events), echoed

@@ -17,6 +17,7 @@ from support import assert_valid_runlog, kinds
 
 from fabric.application.context import ToolContext
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.pack import Pack
 from fabric.application.replay import replay
 from fabric.application.resume import plan_resume, resume_task
@@ -82,13 +83,8 @@ def run(
     chat, log = ScriptedChatClient(script), MemoryRunLog("r1")
     result = asyncio.run(
         execute_task(
-            "do it",
-            pack=p,
-            chat=chat,
-            runlog=log,
-            run_id="r1",
-            workspace=workspace,
-            limits=Limits(max_steps=8, finish_repairs=repairs),
+            Job("do it", p, "r1", workspace, Limits(max_steps=8, finish_repairs=repairs)),
+            Kit(chat, log),
         )
     )
     assert_valid_runlog(log.events)
@@ -208,9 +204,14 @@ def replayed(log: MemoryRunLog, workspace: Path) -> Any:
     """The replay of a recorded run with a check that would fail if it were asked."""
     again = Check()
     report = asyncio.run(
-        replay(log.events, pack=pack(again), runlog=MemoryRunLog("r2"), run_id="r2",
-               workspace=workspace)
-    )  # fmt: skip
+        replay(
+            log.events,
+            pack=pack(again),
+            run_id="r2",
+            workspace=workspace,
+            kit=Kit(None, MemoryRunLog("r2")),
+        )
+    )
     assert report.identical, report.divergence
     assert again.ran == 0
     return report
@@ -254,9 +255,8 @@ def test_a_resumed_run_checks_its_new_steps_for_real(workspace: Path) -> None:
         resume_task(
             plan,
             pack=pack(live),
-            chat=ScriptedChatClient([finish()]),
-            runlog=resumed_log,
             workspace=workspace,
+            kit=Kit(ScriptedChatClient([finish()]), resumed_log),
         )
     )
     assert result.status is RunStatus.COMPLETED, result.error
@@ -268,9 +268,13 @@ def test_a_run_cannot_be_resumed_without_the_checks_it_started_with(workspace: P
     plan = plan_resume([e for e in log.events if e["kind"] != "run_finished"])
     with pytest.raises(ConfigError, match="no longer has: tests"):
         asyncio.run(
-            resume_task(plan, pack=pack(), chat=ScriptedChatClient([]), runlog=MemoryRunLog("r1"),
-                        workspace=workspace)
-        )  # fmt: skip
+            resume_task(
+                plan,
+                pack=pack(),
+                workspace=workspace,
+                kit=Kit(ScriptedChatClient([]), MemoryRunLog("r1")),
+            )
+        )
 
 
 # --- the research pack's check: cited pages must have been read during the run ---------------
@@ -582,10 +586,11 @@ def test_a_cancel_before_the_checks_ends_the_run_cancelled_not_completed(workspa
 
     result = asyncio.run(
         execute_task(
-            "do it", pack=pack(check), chat=CancellingChat([finish()]), runlog=MemoryRunLog("r"),
-            run_id="r", workspace=workspace, cancel=cancel,
+            Job("do it", pack(check), "r", workspace),
+            Kit(CancellingChat([finish()]), MemoryRunLog("r")),
+            Control(cancel=cancel),
         )
-    )  # fmt: skip
+    )
     assert result.status is RunStatus.CANCELLED and check.ran == 0
     assert result.payload == {"summary": "fixed it"}  # kept, and said to be unchecked
     assert result.error is not None and "before the work was checked" in result.error["message"]
@@ -620,9 +625,14 @@ def test_the_brief_is_added_to_the_task_recorded_and_replayed_as_it_was(workspac
         raise AssertionError("a replay must not look again")
 
     report = asyncio.run(
-        replay(log.events, pack=dataclasses.replace(pack(Check()), brief=other),
-               runlog=MemoryRunLog("r2"), run_id="r2", workspace=workspace)
-    )  # fmt: skip
+        replay(
+            log.events,
+            pack=dataclasses.replace(pack(Check()), brief=other),
+            run_id="r2",
+            workspace=workspace,
+            kit=Kit(None, MemoryRunLog("r2")),
+        )
+    )
     assert report.identical, report.divergence
 
 
@@ -650,9 +660,13 @@ def test_a_resumed_run_tells_the_recorded_brief_once(workspace: Path) -> None:
         raise AssertionError("a resume must not look again")
 
     result = asyncio.run(
-        resume_task(plan_resume(events), pack=dataclasses.replace(pack(), brief=never),
-                    chat=ScriptedChatClient([finish()]), runlog=resumed, workspace=workspace)
-    )  # fmt: skip
+        resume_task(
+            plan_resume(events),
+            pack=dataclasses.replace(pack(), brief=never),
+            workspace=workspace,
+            kit=Kit(ScriptedChatClient([finish()]), resumed),
+        )
+    )
     assert result.status is RunStatus.COMPLETED, result.error
     assert "brief" not in kinds(resumed.events)
 
@@ -706,9 +720,13 @@ def test_files_the_brief_keeps_are_refused_to_file_tools_recorded_and_kept_on_re
         finish(),
     ]
     outcome = asyncio.run(
-        resume_task(plan_resume(events), pack=dataclasses.replace(briefed, brief=never),
-                    chat=ScriptedChatClient(again), runlog=resumed, workspace=workspace)
-    )  # fmt: skip
+        resume_task(
+            plan_resume(events),
+            pack=dataclasses.replace(briefed, brief=never),
+            workspace=workspace,
+            kit=Kit(ScriptedChatClient(again), resumed),
+        )
+    )
     assert outcome.status is RunStatus.COMPLETED, outcome.error
     (refused,) = [e for e in resumed.events if e["kind"] == "tool_result" and e["step"] == 4]
     assert "is kept as it is in this run" in refused["output"]
@@ -729,9 +747,8 @@ def test_a_run_cut_off_while_the_pack_looked_looks_again_when_resumed(workspace:
     cut = [e for e in log.events if e["kind"] == "run_started"]  # killed mid-look
     resumed, chat = MemoryRunLog("r1"), ScriptedChatClient([finish()])
     result = asyncio.run(
-        resume_task(plan_resume(cut), pack=briefed, chat=chat, runlog=resumed,
-                    workspace=workspace)
-    )  # fmt: skip
+        resume_task(plan_resume(cut), pack=briefed, workspace=workspace, kit=Kit(chat, resumed))
+    )
     assert result.status is RunStatus.COMPLETED, result.error
     assert looks == ["looked", "looked"]
     assert chat.requests[0][0][1]["content"] == "do it\n\nFiles: a.py"

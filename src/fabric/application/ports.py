@@ -88,6 +88,18 @@ EventObserver = Callable[[str, Mapping[str, Any]], None]
 """Something that watches a run's events as they happen (the CLI's progress display)."""
 
 
+class RunObserver(Protocol):
+    """Watches one run live (the CLI's progress lines, the HTTP service's event streams)."""
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """A runlog event, once the log holds it (secrets redacted, ``seq`` and ``ts`` set)."""
+        ...
+
+    def delta(self, delta: ChatDelta) -> None:
+        """A piece of the model's reply as it streams in (for display only; never logged)."""
+        ...
+
+
 ToolProbe = Callable[[str, str], Awaitable[bool]]
 """Asks backend ``backend`` whether model ``model`` really calls tools (one tiny request,
 cached by the adapter that implements it)."""
@@ -121,6 +133,10 @@ class TaskStore(Protocol):
     async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:
         """After a restart: mark running tasks interrupted and return them, and return the
         queued tasks oldest first (to run again)."""
+        ...
+
+    def close(self) -> None:
+        """Release the store (the service is stopping); later calls raise RuntimeError."""
         ...
 
 

@@ -29,12 +29,11 @@ from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.models import ChatResponse, Message, RunResult, ToolSpec
 
 from .approvals import RecordedApprover
-from .commands import CommandRunner
 from .context import ToolContext
-from .cost import Prices
 from .execute_task import execute_task
+from .job import Control, Job, Kit
 from .pack import Pack
-from .ports import Approver, ChatClient, DeltaSink, RunLog, Tool
+from .ports import ChatClient, DeltaSink, RunLog, Tool
 from .replay.divergence import Diverged, ReplayState
 from .replay.recorded import (
     ReplayChatClient,
@@ -256,24 +255,17 @@ async def resume_task(
     plan: ResumePlan,
     *,
     pack: Pack,
-    chat: ChatClient | None,
-    runlog: RunLog,
     workspace: Path,
+    kit: Kit,
+    control: Control | None = None,
     run_dir: Path | None = None,
     sandbox: SandboxSettings | None = None,
-    cancel: Any = None,
-    protected: tuple[Path, ...] = (),
-    read_only: tuple[Path, ...] = (),
-    on_delta: DeltaSink | None = None,
-    prices: Prices | None = None,
-    start_error: FabricError | None = None,
-    commands: CommandRunner | None = None,
-    approver: Approver | None = None,
 ) -> RunResult:
-    """Continue the run ``plan`` describes, appending to ``runlog`` (the run's own log,
-    reopened). ``chat`` is the live model client; ``run_dir`` (the run's folder) lets a cut
-    tool output come back whole from its artifact, as it did the first time. ``approver``
-    answers the policy's asks in the new steps (those of the re-driven ones are recorded)."""
+    """Continue the run ``plan`` describes, appending to ``kit.runlog`` (the run's own log,
+    reopened). ``kit.chat`` is the live model client; ``run_dir`` (the run's folder) lets a cut
+    tool output come back whole from its artifact, as it did the first time.
+    ``control.approver`` answers the policy's asks in the new steps (those of the re-driven ones
+    are recorded)."""
     recording = Recording(plan.events)
     if missing := missing_checks(recording, pack):
         raise ConfigError(
@@ -295,29 +287,25 @@ async def resume_task(
         brief = pack.brief  # cut off before the pack had looked: it looks now, and logs it
     resumed_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
     resuming = (
-        _ResumingChat(ReplayChatClient(recording, state), chat, plan.completed, state)
-        if chat is not None
+        _ResumingChat(ReplayChatClient(recording, state), kit.chat, plan.completed, state)
+        if kit.chat is not None
         else None
     )
-    return await execute_task(
+    job = Job(
         str(plan.started.get("task", "")),
-        pack=resumed_pack,
-        chat=resuming,
-        runlog=_ResumingRunLog(runlog, plan, state),
-        run_id=plan.run_id,
-        workspace=workspace,
-        sandbox=sandbox,
-        limits=plan.limits,
-        cancel=cancel,
-        protected=protected,
-        read_only=read_only,
-        on_delta=on_delta,
-        prices=prices,
-        start_error=start_error,
-        commands=commands,
-        # an "ask" in a re-driven step gets its recorded answer; later ones go to ``approver``
-        approver=RecordedApprover(plan.events, then=approver, upto_step=plan.completed),
+        resumed_pack,
+        plan.run_id,
+        workspace,
+        plan.limits,
+        sandbox,
     )
+    resumed_kit = dataclasses.replace(
+        kit, chat=resuming, runlog=_ResumingRunLog(kit.runlog, plan, state)
+    )
+    # an "ask" in a re-driven step gets its recorded answer; later ones go to the approver
+    control = control or Control()
+    approver = RecordedApprover(plan.events, then=control.approver, upto_step=plan.completed)
+    return await execute_task(job, resumed_kit, dataclasses.replace(control, approver=approver))
 
 
 __all__ = ["ResumePlan", "plan_resume", "resume_task"]

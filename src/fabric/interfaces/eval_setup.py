@@ -19,7 +19,8 @@ from typing import Any
 
 from fabric.application.commands import CommandOutcome
 from fabric.application.context import ToolContext
-from fabric.application.evals.ports import FileRead, RunOutcome, RunRequest
+from fabric.application.evals.ports import FileRead, RunOutcome
+from fabric.application.job import Control, RunRequest
 from fabric.config.eval_suite_loader import skipped_names
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError, ToolError
@@ -73,18 +74,12 @@ class RunnerTasks:
         return self.runner.runlog_path(run_id)
 
     async def run(self, request: RunRequest, cancel: asyncio.Event) -> RunOutcome:
-        others = await asyncio.to_thread(self.apart, request.workspace)
-        result = await hiding(self.runner, others).run(
-            request.pack,
-            request.task,
-            model=self.model,
-            backend=self.backend,
-            workspace=request.workspace,
-            max_steps=request.max_steps,
-            run_id=request.run_id,
-            cancel=cancel,
-            verify=request.verify,
+        folder = request.workspace or Path.cwd()
+        others = await asyncio.to_thread(self.apart, folder)
+        asked = dataclasses.replace(
+            request, workspace=folder, model=self.model, backend=self.backend
         )
+        result = await hiding(self.runner, others).run(asked, Control(cancel=cancel))
         path = Path(result.runlog_path) if result.runlog_path else self.runlog_path(result.run_id)
         started, finished = await asyncio.to_thread(_ends_of, path)
         backend = started.get("backend")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fabric.application.commands import CommandRunner
+from fabric.application.job import Kit
 from fabric.application.replay import Recording, ReplayReport, replay
 from fabric.domain.errors import ConfigError, FabricError, SandboxError
 from fabric.infrastructure.packs.registry import LoadedPack
@@ -67,15 +68,18 @@ async def replay_run(
             return await replay(
                 recording,
                 pack=loaded_pack.pack,
-                runlog=runlog,
                 run_id=run_id,
                 workspace=workspace,
+                kit=Kit(
+                    None,  # the recorded replies answer
+                    runlog,
+                    commands,
+                    runner.protected_paths,
+                    runner.read_only_in(workspace),
+                ),
                 live=live,
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
-                protected=runner.protected_paths,
-                read_only=runner.read_only_in(workspace),
-                commands=commands,
             )
         finally:
             runlog.close()

@@ -21,12 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fabric.application.job import RunRequest
 from fabric.config.eval_suite import EvalCase
 from fabric.config.eval_suite_settings import substitute
 from fabric.domain.errors import ConfigError
 
 from .checks import run_checks
-from .ports import EvalPorts, RunOutcome, RunRequest
+from .ports import EvalPorts, RunOutcome
 from .records import ERROR, TIMEOUT, AttemptRecord
 
 GRACE_S = 30.0

@@ -9,22 +9,10 @@ from pathlib import Path
 from typing import Protocol
 
 from fabric.application.commands import CommandOutcome
+from fabric.application.job import RunRequest
 from fabric.domain.models import RunResult
 
 from .records import AttemptRecord
-
-
-@dataclass(frozen=True, slots=True)
-class RunRequest:
-    """One attempt's run."""
-
-    pack: str
-    task: str
-    workspace: Path
-    max_steps: int | None
-    verify: str | None
-    """None: the pack's own verification; 'off': none; else a command line."""
-    run_id: str
 
 
 @dataclass(frozen=True, slots=True)

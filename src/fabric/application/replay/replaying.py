@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from fabric.application.approvals import RecordedApprover
-from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
 from fabric.application.pack import Pack
-from fabric.application.ports import RunLog
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.models import RunResult
 
@@ -68,22 +67,20 @@ async def replay(
     events: Recording | Sequence[Mapping[str, Any]],
     *,
     pack: Pack,
-    runlog: RunLog,
     run_id: str,
     workspace: Path,
+    kit: Kit,
     live: bool = False,
     run_dir: Path | None = None,
     limits: Limits | None = None,
     sandbox: SandboxSettings | None = None,
-    protected: tuple[Path, ...] = (),
-    read_only: tuple[Path, ...] = (),
-    commands: CommandRunner | None = None,
 ) -> ReplayReport:
     """Re-drive the recorded run ``events`` with ``pack`` (as it is now) and report whether it
     went exactly as recorded. ``live`` runs the pack's real tools (in ``workspace``, which
-    should then be a copy; ``commands`` starts their processes); otherwise tools answer from
-    the recording. ``limits`` default to the recorded ones; the replay's ``run_started`` names
-    the original in ``replay_of``. ``events`` may be a ``Recording`` of them, read already."""
+    should then be a copy; ``kit.commands`` starts their processes); otherwise tools answer
+    from the recording. ``kit.chat`` is not used: the recorded replies answer. ``limits``
+    default to the recorded ones; the replay's ``run_started`` names the original in
+    ``replay_of``. ``events`` may be a ``Recording`` of them, read already."""
     recording = events if isinstance(events, Recording) else Recording(events)
     state = ReplayState()
     chat = ReplayChatClient(recording, state)
@@ -95,20 +92,24 @@ async def replay(
     replay_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
     if limits is None:
         limits = Limits.model_validate(recording.limits)
-    result = await execute_task(
+    job = Job(
         str(recording.started.get("task", "")),
-        pack=replay_pack,
-        chat=chat,
-        runlog=WatchingRunLog(runlog, recording, state),
-        run_id=run_id,
-        workspace=workspace,
-        sandbox=sandbox,
-        limits=limits,
-        protected=protected,
-        read_only=read_only,
+        replay_pack,
+        run_id,
+        workspace,
+        limits,
+        sandbox,
         meta={"replay_of": recording.run_id},
-        commands=commands if live else None,
-        approver=RecordedApprover(recording.events),  # an "ask" gets the answer it got then
+    )
+    replaying = dataclasses.replace(
+        kit,
+        chat=chat,
+        runlog=WatchingRunLog(kit.runlog, recording, state),
+        commands=kit.commands if live else None,
+    )
+    # an "ask" gets the answer it got then
+    result = await execute_task(
+        job, replaying, Control(approver=RecordedApprover(recording.events))
     )
     if state.divergence is None:
         _check_end(recording, result, state)

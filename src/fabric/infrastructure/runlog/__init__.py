@@ -1,7 +1,7 @@
 """Runlog writers: a JSONL file per run (the product) and an in-memory log (tests); and the
 reader that takes a runlog back (show, replay, resume)."""
 
-from .reader import read_runlog
+from .reader import call_logged, read_runlog
 from .writer import (
     FORMAT_VERSION,
     RUNLOG_NAME,
@@ -17,6 +17,7 @@ __all__ = [
     "RUNLOG_NAME",
     "JsonlRunLog",
     "MemoryRunLog",
+    "call_logged",
     "new_run_id",
     "read_runlog",
     "runlog_path",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +38,25 @@ def read_runlog(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             problems.append(f"{path}:{number}: not a runlog event; skipped")
     check_versions(events, str(path))
     return events, problems
+
+
+def call_logged(runlog: Path, call_id: str) -> bool:
+    """Whether the runlog holds a tool call with this id (to tell "not waiting" from
+    "no such call")."""
+    with contextlib.suppress(OSError), runlog.open("r", encoding="utf-8") as lines:
+        for line in lines:
+            if call_id not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if _is_call(event, call_id):
+                    return True
+    return False
+
+
+def _is_call(event: Any, call_id: str) -> bool:
+    return (
+        isinstance(event, Mapping)
+        and event.get("kind") == "tool_call"
+        and event.get("call_id") == call_id
+    )

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.domain import runlog as _format
+from fabric.domain.clock import Clock, iso_z, utc_now
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
 
@@ -113,15 +114,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 class _Envelope:
-    def __init__(self, run_id: str, observers: tuple[Observer, ...]) -> None:
+    def __init__(
+        self, run_id: str, observers: tuple[Observer, ...], clock: Clock = utc_now
+    ) -> None:
         self.run_id = run_id
         self._seq = 0
         self._observers = observers
+        self._clock = clock
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
         record = self._stamp(kind, data)
@@ -132,7 +132,7 @@ class _Envelope:
         envelope = {
             "v": FORMAT_VERSION,
             "seq": self._seq,
-            "ts": _now(),
+            "ts": iso_z(self._clock(), "microseconds"),
             "run_id": self.run_id,
             "kind": kind,
         }
@@ -152,7 +152,12 @@ class JsonlRunLog(_Envelope):
     ``secrets`` are redacted from every line and artifact (and from what observers get)."""
 
     def __init__(
-        self, runs_dir: Path, run_id: str, *observers: Observer, secrets: Secrets | None = None
+        self,
+        runs_dir: Path,
+        run_id: str,
+        *observers: Observer,
+        secrets: Secrets | None = None,
+        clock: Clock = utc_now,
     ) -> None:
         if not _RUN_ID.fullmatch(run_id):
             raise ConfigError(
@@ -160,7 +165,7 @@ class JsonlRunLog(_Envelope):
                 hint="use letters, digits, '.', '_' and '-' only (at most 128), or let fabric "
                 "pick the id",
             )
-        super().__init__(run_id, observers)
+        super().__init__(run_id, observers, clock)
         self._secrets = secrets or Secrets()
         self.path = runlog_path(runs_dir, run_id)
         self.dir = self.path.parent
@@ -171,7 +176,11 @@ class JsonlRunLog(_Envelope):
 
     @classmethod
     def reopen(
-        cls, path: Path, *observers: Observer, secrets: Secrets | None = None
+        cls,
+        path: Path,
+        *observers: Observer,
+        secrets: Secrets | None = None,
+        clock: Clock = utc_now,
     ) -> JsonlRunLog:
         """Go on with the existing runlog at ``path`` (``fabric resume``): same run id, ``seq``
         numbering continued. What ends the log is not kept: a torn last line (the writer was
@@ -189,7 +198,7 @@ class JsonlRunLog(_Envelope):
                 hint="pass the runlog of a run fabric recorded",
             )
         log = cls.__new__(cls)
-        _Envelope.__init__(log, str(last.get("run_id", path.parent.name)), observers)
+        _Envelope.__init__(log, str(last.get("run_id", path.parent.name)), observers, clock)
         log._secrets = secrets or Secrets()
         ended = last.get("kind") == "run_finished"
         log._seq = int(last["seq"]) + (0 if ended else 1)

@@ -12,8 +12,8 @@ import fabric
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import FabricError
 from fabric.infrastructure.sandbox import INSTALL_HINT, host_report
+from fabric.infrastructure.tools.search_check import search_report
 from fabric.interfaces.compose import build_runner
-from fabric.interfaces.search_check import search_report
 
 
 def gather(loaded: LoadedConfig) -> dict[str, Any]:

@@ -57,8 +57,9 @@ class RedactingStream:
 
 
 class Progress:
-    """A runlog observer that prints each step as it happens. With ``live`` (a terminal), the
-    model's reply is also shown while it streams in; otherwise only whole lines are written.
+    """A run's observer (``RunObserver``) that prints each step as it happens. With ``live``
+    (a terminal), the model's reply is also shown while it streams in; otherwise only whole
+    lines are written.
     A streamed piece that may be the start of one of ``secrets`` waits for the next one."""
 
     def __init__(self, out: TextIO, *, live: bool = False, secrets: Secrets | None = None) -> None:
@@ -72,7 +73,8 @@ class Progress:
         self._chars = 0
         self._tool = "tool call"
 
-    def __call__(self, event: Mapping[str, Any]) -> None:
+    def event(self, event: Mapping[str, Any]) -> None:
+        """A runlog event: its line, once the log holds it."""
         if event["kind"] == "llm_request":
             self._step = int(event.get("step", 0))
         if self._open:

@@ -56,6 +56,7 @@ def run(
     Exits 0 when the work was done and confirmed by the pack's checks, 3 when it was done and
     every check passed but none could confirm it (read the result), 1 when it was not done."""
 
+    from fabric.application.job import Control, RunRequest
     from fabric.domain.errors import ConfigError
     from fabric.infrastructure.runlog import new_run_id
     from fabric.interfaces.compose import build_runner
@@ -78,24 +79,25 @@ def run(
         problem = ConfigError("--verify and --no-verify contradict each other", hint="pick one")
         fail(problem, as_json=as_json, code=2)
     runner = build_runner(loaded, on_status=None if quiet else say)
-    _refuse_without_search(runner, name, as_json)
     live = sys.stderr.isatty()
     progress = None if quiet else Progress(sys.stderr, live=live, secrets=runner.secrets)
     run_id = new_run_id()
 
-    started = runner.run(
+    request = RunRequest(
         name,
         task,
+        workspace=workspace,
         model=model,
         backend=backend,
-        workspace=workspace,
         max_steps=max_steps,
-        run_id=run_id,
-        observers=(progress,) if progress else (),
-        on_delta=progress.delta if progress else None,
-        approver=cli_approver(yes=yes, progress=progress),
         verify="off" if no_verify else verify,
+        run_id=run_id,
     )
+    control = Control(
+        approver=cli_approver(yes=yes, progress=progress),
+        observers=(progress,) if progress else (),
+    )
+    started = runner.run(request, control)
     # with progress lines on, they have already said why a run failed
     _drive(runner, started, runner.runlog_path(run_id), as_json, explain=quiet)
 
@@ -138,24 +140,6 @@ def _drive(
     raise typer.Exit(exit_code(result))
 
 
-def _refuse_without_search(runner: Runner, pack: str, as_json: bool) -> None:
-    """Exit 2 before the run when the pack offers web_search and it cannot work (no search
-    backend configured, or it does not answer): every search would fail steps later."""
-    import asyncio
-
-    from fabric.domain.errors import ConfigError
-    from fabric.interfaces.search_check import offers_search, search_problem
-
-    try:
-        loaded_pack = runner.pack(pack)
-    except ConfigError as exc:
-        fail(exc, as_json=as_json, code=2)
-    if offers_search(loaded_pack):
-        problem = asyncio.run(search_problem(pack, loaded_pack))
-        if problem is not None:
-            fail(problem, as_json=as_json, code=2)
-
-
 def resume(
     run: Annotated[str, typer.Argument(help="A run id, a run folder or a runlog.jsonl path.")],
     config: ConfigOpt = None,
@@ -171,6 +155,7 @@ def resume(
     """Continue an interrupted or cancelled (Ctrl-C) run, or one that hit its step limit (with
     a higher --max-steps), in the same runlog and workspace; completed steps are not sent to
     the model again."""
+    from fabric.application.job import Control
     from fabric.application.resume import plan_resume
     from fabric.domain.errors import ConfigError
     from fabric.interfaces.compose import build_runner
@@ -182,18 +167,11 @@ def resume(
     path, events = read_run(run, lambda: loaded.runs_dir, as_json)
     runner = build_runner(loaded, on_status=say)
     try:
-        plan = plan_resume(events, max_steps)  # a run that cannot go on says so first
+        plan_resume(events, max_steps)  # a run that cannot go on says so first
     except ConfigError as exc:
         fail(exc, as_json=as_json, code=2)
-    _refuse_without_search(runner, str(plan.started.get("pack", "")), as_json)
     progress = Progress(sys.stderr, live=sys.stderr.isatty(), secrets=runner.secrets)
 
-    started = runner.resume(
-        events,
-        path,
-        max_steps=max_steps,
-        observers=(progress,),
-        on_delta=progress.delta,
-        approver=cli_approver(yes=yes, progress=progress),
-    )
+    control = Control(approver=cli_approver(yes=yes, progress=progress), observers=(progress,))
+    started = runner.resume(events, path, max_steps=max_steps, control=control)
     _drive(runner, started, path, as_json, explain=as_json)

@@ -15,10 +15,10 @@ from typing import IO, Any
 import structlog
 import uvicorn
 
+from fabric.application.tasks import TaskService
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
-from fabric.interfaces.http.service import TaskService
 
 
 def configure_logging(secrets: Secrets) -> None:
@@ -90,7 +90,7 @@ class _Server(uvicorn.Server):
     events sees the run end and the stream close, instead of uvicorn cutting the connection
     when its own timeout expires (with the tasks only stopping after that)."""
 
-    def __init__(self, config: uvicorn.Config, service: TaskService, grace: float) -> None:
+    def __init__(self, config: uvicorn.Config, service: TaskService[Any], grace: float) -> None:
         super().__init__(config)
         self._service, self._grace = service, grace
 

@@ -21,51 +21,32 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fabric.application.tasks import NotFound, requeue
 from fabric.config.loader import LoadedConfig
 from fabric.config.where import error_message
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.secrets import Secrets
 from fabric.domain.tasks import QUEUED, STATUSES, TaskRecord
 from fabric.infrastructure.runlog.tail import follow_runlog, runlog_snapshot
-from fabric.infrastructure.tasks import SqliteTaskStore
-from fabric.interfaces.compose import build_runner, known_secrets, service_files
+from fabric.interfaces.compose import build_service
 
-from .approvals import ApprovalIn
 from .events import last_event_id, queued_note, sse_comment, sse_event
-from .executor import LocalExecutor
 from .redaction import RedactSecrets
-from .resume import requeue
 from .security import BearerAuth, BodyLimit, HostCheck
-from .service import NotFound, TaskService
-from .shapes import ResumeIn, TaskIn, error_response, status_of, task_json
+from .shapes import ApprovalIn, ResumeIn, TaskIn, error_response, status_of, task_json
 
 log = structlog.get_logger("fabric.http")
+BY_HTTP = "http"
+"""How an answer given over the API is recorded (``approval_answered.by``)."""
 
 
-def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
-    """The ASGI app for one config; nothing runs until the app starts (lifespan)."""
+def create_app(loaded: LoadedConfig, *, token: str, **overrides: Any) -> FastAPI:
+    """The ASGI app for one config; nothing runs until the app starts (lifespan).
+    ``overrides`` go to ``build_service`` (e.g. ``store``, ``clock``, ``chat_factory``)."""
     settings = loaded.config.serve
-    secrets = known_secrets(loaded, token)  # never in a response, a runlog or an artifact
-    # Tasks' file tools must not read other clients' tasks (the service's files are protected
-    # for every runner) nor, here, the config the server runs with.
-    config = Path(loaded.source)
-    runner = build_runner(
-        loaded, secrets=secrets, protected=(config.resolve(),) if config.is_file() else ()
-    )
-    store = SqliteTaskStore(service_files(loaded)[0])
-    roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
-    service = TaskService(
-        runner,
-        store,
-        workspace_roots=roots,
-        max_task_chars=settings.max_task_chars,
-        executor=lambda run: LocalExecutor(
-            run,
-            limit=settings.concurrency,
-            per_pack=settings.pack_concurrency,
-            share_workspaces=settings.share_workspaces,
-        ),
-    )
+    service = build_service(loaded, token=token, **overrides)
+    runner, store = service.runner, service.store
+    secrets = runner.secrets  # never in a response, a runlog or an artifact
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -163,7 +144,7 @@ def create_app(loaded: LoadedConfig, *, token: str) -> FastAPI:
     )
     async def approve(task_id: str, call_id: str, body: ApprovalIn) -> dict[str, Any]:
         return await service.answer_approval(
-            task_id, call_id, approve=body.approve, scope=body.scope
+            task_id, call_id, approve=body.approve, scope=body.scope, by=BY_HTTP
         )
 
     @app.post("/tasks/{task_id}/cancel", status_code=202, summary="Cancel a task")

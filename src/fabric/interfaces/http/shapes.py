@@ -4,17 +4,28 @@ which status an error gets."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from fabric.application.tasks import Conflict, NotFound, ServiceUnavailable
 from fabric.domain.errors import ConfigError, FabricError, ModelError, PackError
 from fabric.domain.tasks import TaskRecord
-from fabric.interfaces.search_check import SearchUnavailable
+from fabric.infrastructure.tools.search_check import SearchUnavailable
 
-from .approvals import Conflict
-from .service import NotFound, ServiceUnavailable
+
+class ApprovalIn(BaseModel):
+    """A person's answer to a tool call waiting for approval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approve: StrictBool = Field(description="true runs the call; false refuses it.")
+    scope: Literal["once", "run"] = Field(
+        "once",
+        description="'once': this call only. 'run': the same answer for every later call of "
+        "this tool under the same policy rule, for the rest of the task's run.",
+    )
 
 
 class ResumeIn(BaseModel):

@@ -1,24 +1,25 @@
-"""The task service behind the HTTP API: submit, list, cancel, recover after a restart.
+"""The task service: submit, list, cancel, answer approvals, recover after a restart.
 
-Runs go through the same ``Runner`` as ``fabric run`` (same packs, same resolution, same
-runlogs); records live in a ``TaskStore``; an executor decides when each task runs.
+Shared by every way in that queues tasks (the HTTP API today). Runs go through the same
+``Runner`` as ``fabric run`` (same packs, same resolution, same runlogs; the ``Runs`` port);
+records live in a ``TaskStore``; an executor decides when each task runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import structlog
 
+from fabric.application.job import Control, RunRequest
 from fabric.application.ports import TaskExecutor, TaskStore
-from fabric.application.workspaces import check_workspace
+from fabric.domain.clock import Clock, iso_z, utc_now
 from fabric.domain.errors import ConfigError, FabricError
+from fabric.domain.models import ChatDelta
 from fabric.domain.policy import ApprovalAnswer, Scope
 from fabric.domain.tasks import (
     AWAITING_APPROVAL,
@@ -28,39 +29,38 @@ from fabric.domain.tasks import (
     RUNNING,
     TaskRecord,
 )
-from fabric.infrastructure.packs.registry import LoadedPack
-from fabric.infrastructure.runlog import new_run_id, read_runlog
-from fabric.interfaces.compose import Runner
-from fabric.interfaces.search_check import search_problem
 
-from .approvals import BY_HTTP, Approvals, Conflict, call_logged
+from .approvals import Approvals
+from .errors import Conflict, NotFound, ServiceUnavailable
 from .executor import LocalExecutor, RunTask
+from .ports import Runs
 
 log = structlog.get_logger("fabric.tasks")
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+R = TypeVar("R", bound=Runs)
 
 
-class TaskService:
+class TaskService(Generic[R]):
     """Everything the endpoints do, without HTTP."""
 
     def __init__(
         self,
-        runner: Runner,
+        runner: R,
         store: TaskStore,
         *,
         workspace_roots: list[Path],
         max_task_chars: int,
         executor: Callable[[RunTask], TaskExecutor],
+        clock: Clock = utc_now,
     ) -> None:
         """``executor`` makes what runs the submitted tasks, given the function that runs one
-        (this service's ``run``)."""
+        (this service's ``run``); ``clock`` stamps the records' times."""
         self.runner = runner
         self.store = store
         self.roots = [r.resolve() for r in workspace_roots]
         self.max_task_chars = max_task_chars
+        self.clock = clock
         self.executor: TaskExecutor = executor(self.run)
         self.progress: dict[str, int] = {}
         """Steps so far of running tasks (kept in memory; the store has the final count)."""
@@ -74,31 +74,14 @@ class TaskService:
         """The model (and backend) running tasks' runs use, from their run_started: the task
         shows them at once, and keeps them when it ends."""
 
+    def now(self) -> str:
+        """The clock's time as records keep it (ISO 8601, milliseconds, ``Z``)."""
+        return iso_z(self.clock())
+
     def runlog_path(self, task_id: str) -> Path:
         return self.runner.runlog_path(task_id)
 
     # --- submitting --------------------------------------------------------------------------
-
-    def check(
-        self, pack: str, task: str, workspace: str | None, backend: str | None = None
-    ) -> Path:
-        """Validate a submission before it is stored; return the workspace to use."""
-        if backend is not None and backend != "auto":
-            self.runner.backends.settings(backend)  # unknown: a ConfigError listing the known
-        if not task.strip():
-            raise ConfigError("the task is empty", hint="say what the pack should do")
-        if len(task) > self.max_task_chars:
-            raise ConfigError(
-                f"the task has {len(task)} characters; at most {self.max_task_chars} are taken",
-                hint="shorten it, or raise serve.max_task_chars",
-            )
-        self.runner.pack(pack)  # unknown pack or broken builder: a ConfigError naming it
-        return check_workspace(  # the rules `fabric run` follows, and the workspace roots
-            workspace or self.roots[0],
-            self.runner.loaded,
-            runs_dir=self.runner.runs_dir,
-            roots=self.roots,
-        )
 
     async def submit(
         self,
@@ -111,15 +94,28 @@ class TaskService:
         max_steps: int | None = None,
         verify: str | None = None,
     ) -> TaskRecord:
-        folder = self.check(pack, task, workspace, backend)
-        _check_verify(self.runner.pack(pack), verify)
-        problem = await search_problem(pack, self.runner.pack(pack))
-        if problem is not None:  # every search would fail once the task runs: refuse it now
-            raise problem
+        """Check a task (as ``fabric run`` would, within the workspace roots, with only the
+        pack's own programs as its ``verify``), store it as queued and hand it to the
+        executor."""
+        if len(task) > self.max_task_chars:
+            raise ConfigError(
+                f"the task has {len(task)} characters; at most {self.max_task_chars} are taken",
+                hint="shorten it, or raise serve.max_task_chars",
+            )
+        asked = RunRequest(
+            pack,
+            task,
+            workspace=Path(workspace or self.roots[0]),
+            model=model,
+            backend=backend,
+            max_steps=max_steps,
+            verify=verify,
+        )
+        folder = await self.runner.admit(asked, roots=self.roots, remote=True)
         if not self.executor.accepting:
             raise ServiceUnavailable(_SHUTTING_DOWN)
         record = TaskRecord(
-            id=new_run_id(),
+            id=self.runner.new_run_id(),
             pack=pack,
             task=task,
             model=model,
@@ -127,7 +123,7 @@ class TaskService:
             workspace=str(folder),
             max_steps=max_steps,
             status=QUEUED,
-            created_at=now(),
+            created_at=self.now(),
             verify=verify,
         )
         # The database keeps no secret: the run gets the task as it was sent, the store a
@@ -140,7 +136,7 @@ class TaskService:
             self.executor.submit(record)
         except RuntimeError:  # shutdown began while the record was written: take it back
             await self.store.update(
-                record.id, status="cancelled", finished_at=now(),
+                record.id, status="cancelled", finished_at=self.now(),
                 error={"code": "unavailable", "message": _SHUTTING_DOWN},
             )  # fmt: skip
             raise ServiceUnavailable(_SHUTTING_DOWN) from None
@@ -156,7 +152,7 @@ class TaskService:
             return await self.get(task_id)
         if how == "dequeued":
             record = await self.store.update(
-                task_id, status="cancelled", finished_at=now(),
+                task_id, status="cancelled", finished_at=self.now(),
                 error={"code": "cancelled", "message": "cancelled before it started"},
             )  # fmt: skip
         log.info("task.cancel", task_id=task_id, how=how or "not held")
@@ -181,15 +177,17 @@ class TaskService:
         return record
 
     async def answer_approval(
-        self, task_id: str, call_id: str, *, approve: bool, scope: Scope
+        self, task_id: str, call_id: str, *, approve: bool, scope: Scope, by: str
     ) -> dict[str, Any]:
-        """Answer a call of the task that waits for approval (404: no such task or call;
-        409: the call does not wait, or was answered already)."""
+        """Answer a call of the task that waits for approval, recorded as given ``by`` (e.g.
+        "http"). ``NotFound``: no such task or call; ``Conflict``: the call does not wait, or
+        was answered already."""
         await self.get(task_id)
-        if self.approvals.answer(task_id, call_id, ApprovalAnswer(approve, BY_HTTP, scope)):
+        if self.approvals.answer(task_id, call_id, ApprovalAnswer(approve, by, scope)):
             return {"task_id": task_id, "call_id": call_id, "approved": approve,
-                    "scope": scope, "by": BY_HTTP}  # fmt: skip
-        if await asyncio.to_thread(call_logged, self.runlog_path(task_id), call_id):
+                    "scope": scope, "by": by}  # fmt: skip
+        logged = self.runner.call_logged
+        if await asyncio.to_thread(logged, self.runlog_path(task_id), call_id):
             raise Conflict(
                 f"the call {call_id!r} of task {task_id!r} is not waiting for approval: it was "
                 "answered, timed out, or never needed approval",
@@ -205,32 +203,33 @@ class TaskService:
     async def run(self, record: TaskRecord, cancel: asyncio.Event) -> None:
         """Run one task (called by the executor) and record how it ended."""
         task_id = record.id
-        await self.store.update(task_id, status=RUNNING, started_at=record.started_at or now())
+        await self.store.update(task_id, status=RUNNING, started_at=record.started_at or self.now())
         log.info("task.started", task_id=task_id, pack=record.pack)
         self.progress[task_id] = record.steps
         runlog = self.runlog_path(task_id)
+        control = Control(
+            cancel=cancel,
+            approver=self.approvals.for_task(task_id),
+            observers=(_Watch(self, task_id),),
+        )
         try:
             if runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog
-                events, _ = await asyncio.to_thread(read_runlog, runlog)
+                events = await asyncio.to_thread(self.runner.read_runlog, runlog)
                 result = await self.runner.resume(
-                    events, runlog, max_steps=record.max_steps,
-                    observers=(self._observer(task_id),), cancel=cancel,
-                    approver=self.approvals.for_task(task_id),
-                )  # fmt: skip
+                    events, runlog, max_steps=record.max_steps, control=control
+                )
             else:
-                result = await self.runner.run(
+                request = RunRequest(
                     record.pack,
                     record.task,
+                    workspace=Path(record.workspace),
                     model=record.model,
                     backend=record.backend,
-                    workspace=Path(record.workspace),
                     max_steps=record.max_steps,
-                    run_id=task_id,
-                    observers=(self._observer(task_id),),
-                    cancel=cancel,
-                    approver=self.approvals.for_task(task_id),
                     verify=record.verify,
+                    run_id=task_id,
                 )
+                result = await self.runner.run(request, control)
         except asyncio.CancelledError:
             await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
             raise
@@ -255,7 +254,7 @@ class TaskService:
         self.progress.pop(task_id, None)
         fields.update(self.used.pop(task_id, {}))
         kept = self.runner.secrets.redact_obj(fields)
-        await self.store.update(task_id, status=status, finished_at=now(), **kept)
+        await self.store.update(task_id, status=status, finished_at=self.now(), **kept)
         self._wake(task_id)
         log.info("task.finished", task_id=task_id, status=status)
 
@@ -270,15 +269,13 @@ class TaskService:
         """Whether the task is still queued or running here (its runlog may still grow)."""
         return self.executor.holds(task_id)
 
-    def _observer(self, task_id: str) -> Any:
-        def observe(event: Mapping[str, Any]) -> None:
-            if event["kind"] == "llm_request":
-                self.progress[task_id] = int(event.get("step", 0))
-            elif event["kind"] == "run_started" and event.get("model"):
-                self.used[task_id] = _used(event)
-            self._wake(task_id)
-
-        return observe
+    def _saw(self, task_id: str, event: Mapping[str, Any]) -> None:
+        """A task's run wrote ``event``: note its step and model, wake its event streams."""
+        if event["kind"] == "llm_request":
+            self.progress[task_id] = int(event.get("step", 0))
+        elif event["kind"] == "run_started" and event.get("model"):
+            self.used[task_id] = _used(event)
+        self._wake(task_id)
 
     def _wake(self, task_id: str) -> None:
         for event in self.wakers.get(task_id, ()):
@@ -312,30 +309,14 @@ def _error(exc: FabricError) -> dict[str, str]:
     return out
 
 
-class NotFound(FabricError):
-    """No such task."""
+class _Watch:
+    """The observer of one task's run."""
 
-    CODE = "not_found"
+    def __init__(self, service: TaskService[Any], task_id: str) -> None:
+        self._service, self._task_id = service, task_id
 
+    def event(self, event: Mapping[str, Any]) -> None:
+        self._service._saw(self._task_id, event)
 
-class ServiceUnavailable(FabricError):
-    """The service cannot take the request now."""
-
-    CODE = "unavailable"
-
-
-def _check_verify(loaded_pack: LoadedPack, verify: str | None) -> None:
-    """A task's own check may use only what the pack's commands may (its allowed programs):
-    the config, not a token holder, decides what runs. A command that cannot be parsed is
-    refused now, not when the task runs."""
-    loaded_pack.for_run(verify)
-    if verify is None or verify.strip() == "off":
-        return
-    program = shlex.split(verify)[0]
-    allowed = loaded_pack.settings.sandbox.allowed_commands
-    if program not in allowed:
-        raise ConfigError(
-            f"verify: {program!r} is not one of the allowed commands of pack "
-            f"{loaded_pack.pack.name!r}, so a task may not run it",
-            hint=f"use one of: {', '.join(allowed)}; or 'off'" if allowed else "use 'off'",
-        )
+    def delta(self, delta: ChatDelta) -> None:
+        """Streamed text is not kept: the event stream sends whole runlog events."""

@@ -1,6 +1,7 @@
-"""``POST /tasks/{id}/resume``: a task cut off by a server stop or crash (``interrupted``), or
-one that stopped at its step limit (``max_steps``, resumed with a higher ``max_steps``), goes on
-with the same task id, run id, runlog and workspace, as ``fabric resume`` does
+"""Resuming a task (``POST /tasks/{id}/resume``): a task cut off by a server stop or crash
+(``interrupted``), or one that stopped at its step limit (``max_steps``, resumed with a higher
+``max_steps``), goes on with the same task id, run id, runlog and workspace, as ``fabric
+resume`` does
 (``application/resume.py``): the steps its runlog holds complete are fed back from the log,
 without asking the model again, and the run continues from there.
 
@@ -13,27 +14,21 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from fabric.application.resume import plan_resume
 from fabric.domain.errors import ConfigError
 from fabric.domain.tasks import INTERRUPTED, QUEUED, TaskRecord
-from fabric.infrastructure.runlog import read_runlog
 
-from .approvals import Conflict
-from .service import ServiceUnavailable, TaskService
+from .errors import NotResumable, ServiceUnavailable
+from .service import TaskService
 
 RESUMABLE = (INTERRUPTED, "max_steps")
 """The task states a resume starts from."""
 _AGAIN = "submit the task again (POST /tasks) to run it anew"
 
 
-class NotResumable(Conflict):
-    """The task cannot be resumed in its present state (HTTP 409)."""
-
-    CODE = "not_resumable"
-
-
-async def requeue(service: TaskService, task_id: str, max_steps: int | None) -> TaskRecord:
+async def requeue(service: TaskService[Any], task_id: str, max_steps: int | None) -> TaskRecord:
     """Check that the task can go on, put it back in the queue and return its record.
 
     404 (``NotFound``) for an unknown task; ``NotResumable`` (409) when it is queued or running,
@@ -79,7 +74,7 @@ async def requeue(service: TaskService, task_id: str, max_steps: int | None) -> 
     return queued
 
 
-async def _plan(service: TaskService, record: TaskRecord, limit: int | None) -> int:
+async def _plan(service: TaskService[Any], record: TaskRecord, limit: int | None) -> int:
     """The number of complete steps the resumed run starts after; ``NotResumable`` when the
     runlog or the workspace do not allow a resume."""
     path = service.runlog_path(record.id)
@@ -94,7 +89,7 @@ async def _plan(service: TaskService, record: TaskRecord, limit: int | None) -> 
             f"the workspace of task {record.id!r} ({record.workspace}) is not a folder any more",
             hint=f"restore the folder, or {_AGAIN}",
         )
-    events, _ = await asyncio.to_thread(read_runlog, path)
+    events = await asyncio.to_thread(service.runner.read_runlog, path)
     try:
         return plan_resume(events, limit).completed
     except ConfigError as exc:

@@ -1,4 +1,4 @@
-"""Approvals over HTTP.
+"""Approvals of queued tasks' tool calls (over HTTP today).
 
 When a task's run reaches a tool call its pack's policy asks about, the task pauses in
 ``awaiting_approval``: the runlog (and so ``GET /tasks/{id}/events``) carries
@@ -12,43 +12,20 @@ task goes back to ``running``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from fabric.application.ports import TaskStore
-from fabric.domain.errors import FabricError
+from fabric.domain.clock import iso_z
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from fabric.domain.tasks import AWAITING_APPROVAL, RUNNING
 
+from .errors import Conflict
+
 log = structlog.get_logger("fabric.tasks")
-BY_HTTP = "http"
-
-
-class ApprovalIn(BaseModel):
-    """A person's answer to a tool call waiting for approval."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    approve: StrictBool = Field(description="true runs the call; false refuses it.")
-    scope: Literal["once", "run"] = Field(
-        "once",
-        description="'once': this call only. 'run': the same answer for every later call of "
-        "this tool under the same policy rule, for the rest of the task's run.",
-    )
-
-
-class Conflict(FabricError):
-    """The request cannot be done in the task's present state."""
-
-    CODE = "conflict"
 
 
 @dataclass
@@ -106,7 +83,7 @@ class Approvals:
         future: asyncio.Future[ApprovalAnswer] = asyncio.get_running_loop().create_future()
         expires = None
         if request.timeout is not None:
-            expires = _iso(datetime.now(UTC) + timedelta(seconds=request.timeout))
+            expires = iso_z(datetime.now(UTC) + timedelta(seconds=request.timeout))
         waiting = self._pending.setdefault(task_id, {})
         waiting[request.call_id] = _Pending(request, expires, future)
         try:
@@ -133,29 +110,3 @@ class TaskApprover:
 
     async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
         return await self._approvals.wait(self._task_id, request)
-
-
-def call_logged(runlog: Path, call_id: str) -> bool:
-    """Whether the runlog holds a tool call with this id (to tell "not waiting" from
-    "no such call")."""
-    with contextlib.suppress(OSError), runlog.open("r", encoding="utf-8") as lines:
-        for line in lines:
-            if call_id not in line:
-                continue
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if _is_call(event, call_id):
-                    return True
-    return False
-
-
-def _is_call(event: Any, call_id: str) -> bool:
-    return (
-        isinstance(event, Mapping)
-        and event.get("kind") == "tool_call"
-        and event.get("call_id") == call_id
-    )
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

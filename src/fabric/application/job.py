@@ -1,0 +1,109 @@
+"""What a run is given, in three parts: what to run (``RunRequest`` as a user asks for it,
+``Job`` once the pack is built), what it runs with (``Kit``), and how it is controlled from
+outside (``Control``: cancel, approvals, observers)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabric.config.schema import Limits, SandboxSettings
+from fabric.domain.errors import FabricError
+from fabric.domain.models import ChatDelta
+
+from .commands import CommandRunner
+from .cost import Prices
+from .pack import Pack
+from .ports import Approver, ChatClient, RunLog, RunObserver
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """A run as someone asks for it (``fabric run``, ``POST /tasks``, an eval attempt)."""
+
+    pack: str
+    task: str
+    workspace: Path | None = None
+    """None: the current folder."""
+    model: str | None = None
+    """A model name or model key (None: the pack's)."""
+    backend: str | None = None
+    max_steps: int | None = None
+    """None: the pack's ``limits.max_steps``."""
+    verify: str | None = None
+    """None: the pack's own verification; 'off': none; else a command line."""
+    run_id: str | None = None
+    """None: a new id."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What the loop runs: the task, the built pack, where, and within which limits."""
+
+    task: str
+    pack: Pack
+    run_id: str
+    workspace: Path
+    limits: Limits = field(default_factory=Limits)
+    sandbox: SandboxSettings | None = None
+    """None: the pack's own."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Recorded in ``run_started`` as it is (fabric version, backend, selection, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kit:
+    """What a run works with, set up by the composition root."""
+
+    chat: ChatClient | None
+    """None only with ``start_error``: the run is then recorded as failed from the start."""
+    runlog: RunLog
+    commands: CommandRunner | None = None
+    """Starts the processes tools ask for, confined by the OS (None: the pack starts none)."""
+    protected: tuple[Path, ...] = ()
+    """Places file tools neither read nor write."""
+    read_only: tuple[Path, ...] = ()
+    """Host code in the workspace (ADR 0013): tools only read it."""
+    prices: Prices | None = None
+    """With prices the run's cost is counted."""
+    start_error: FabricError | None = None
+    """Why the run cannot start (no model, no confinement); it still gets a runlog."""
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """How a run is steered from outside while it goes on."""
+
+    cancel: asyncio.Event | None = None
+    """Set: the run ends ``cancelled`` at its next safe point (a model call is cut at once)."""
+    approver: Approver | None = None
+    """Answers the calls the policy asks about (None: they are refused)."""
+    observers: Sequence[RunObserver] = ()
+    """Watch the run live. Their ``event`` is called by the runlog once it holds the event,
+    so whoever opens the runlog (the ``Runner``) hands them to it; their ``delta`` by the
+    loop as the model's reply streams in."""
+
+    def on_delta(self) -> DeltaFanout | None:
+        """The observers' ``delta`` as one sink for the model client (None: nobody watches)."""
+        return DeltaFanout(tuple(self.observers)) if self.observers else None
+
+    def events(self) -> tuple[Callable[[Mapping[str, Any]], None], ...]:
+        """The observers' ``event`` methods, for the runlog to call."""
+        return tuple(o.event for o in self.observers)
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaFanout:
+    """Passes each streamed piece to every observer."""
+
+    observers: tuple[RunObserver, ...]
+
+    def __call__(self, delta: ChatDelta) -> None:
+        for observer in self.observers:
+            observer.delta(delta)
+
+
+__all__ = ["Control", "Job", "Kit", "RunRequest"]

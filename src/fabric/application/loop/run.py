@@ -1,0 +1,139 @@
+"""The loop of one run: the pack's brief, then model call after model call, each reply's
+tool calls handled in order, until a final answer, the step limit or a cancel ends it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from typing import Any
+
+from fabric.application.pack import FINISH_TOOL, Brief, Briefing
+from fabric.config.prompts import NUDGE
+from fabric.domain.errors import FabricError
+from fabric.domain.models import ChatResponse, RunStatus
+
+from .state import Stop, describe, ms_since, usage_json
+from .tools import ToolSteps
+
+
+class Run(ToolSteps):
+    """One run, driven by ``execute_task``."""
+
+    async def loop(self) -> None:
+        watcher = asyncio.ensure_future(self._watch())  # one per run, not one per step
+        try:
+            if self.pack.brief is not None:
+                self._check_cancel()
+                self.messages[1]["content"] += f"\n\n{await self._brief(self.pack.brief)}"
+            await self._steps()
+        finally:
+            watcher.cancel()
+
+    async def _watch(self) -> None:
+        """Wait for the cancel event; when it comes during a model call, cut the call at once
+        (mid-stream, or in a retry's backoff): the loop then ends the run as cancelled."""
+        await self.cancel.wait()
+        if self._chatting is not None:
+            self._cut = True
+            self._chatting.cancel()
+
+    async def _steps(self) -> None:
+        while True:
+            self._check_cancel()
+            if self.steps >= self.limits.max_steps:
+                raise Stop(RunStatus.MAX_STEPS)
+            response = await self._call_model()
+            self.messages.append(response.message)
+            self._sent = len(self.messages)  # the reply is logged in llm_response, not again
+            if not response.tool_calls:
+                self._check_cancel()
+                self._no_tool_calls(response)
+                continue
+            for call in response.tool_calls:
+                if call.name != FINISH_TOOL:  # a final answer that came with a cancel is kept
+                    self._check_cancel()
+                self.messages.append(await self._handle(call))
+
+    async def _brief(self, brief: Brief) -> str:
+        """The pack's look at the workspace, recorded as the ``brief`` event with the files it
+        keeps; its failure is said in the text instead (a run never fails for want of a
+        brief)."""
+        started = time.perf_counter()
+        try:
+            found = await brief(self.ctx)
+        except Exception as exc:  # a pack's own bug: the run goes on without the look
+            found = f"(fabric could not look at the workspace first: {type(exc).__name__}: {exc})"
+        told = found if isinstance(found, Briefing) else Briefing(str(found))
+        self.record.brief, self.record.before = told.text, told.ran
+        event: dict[str, Any] = {"text": told.text, "duration_ms": ms_since(started)}
+        if told.ran:
+            event["ran"] = dict(told.ran)
+        if told.keep:
+            event |= {"keep": list(told.keep), "keep_why": told.why}
+            root = self.ctx.workspace.resolve()
+            kept = tuple(root / p for p in told.keep)
+            self.ctx = dataclasses.replace(self.ctx, kept=kept, kept_why=told.why)
+        self.log.emit("brief", event)
+        return told.text
+
+    async def _call_model(self) -> ChatResponse:
+        self.steps += 1
+        new = self.messages[self._sent :]
+        self._sent = len(self.messages)
+        request: dict[str, Any] = {"step": self.steps, "messages": new}
+        if self.steps == 1:
+            request["tools"] = self.tool_defs
+        self.log.emit("llm_request", request)
+        started = time.perf_counter()
+        try:
+            response = await self._chat_unless_cancelled()
+        except FabricError as exc:
+            raise Stop(RunStatus.FAILED, error=describe(exc)) from exc
+        self.usage += response.usage
+        if self.cost is not None:
+            self.cost.add(response, self.chat.model)
+        event: dict[str, Any] = {
+            "step": self.steps,
+            "message": response.message,
+            "finish_reason": response.finish_reason,
+            "usage": usage_json(response.usage),
+            "model": response.model,
+            "duration_ms": ms_since(started),
+        }
+        if response.tool_calls_from_text:
+            event["tool_calls_from_text"] = True
+        if response.warnings:
+            event["warnings"] = list(response.warnings)
+        self.log.emit("llm_response", event)
+        return response
+
+    async def _chat_unless_cancelled(self) -> ChatResponse:
+        """The model call; a cancel during it (``_watch``) cuts it and ends the run as
+        cancelled. The call runs in the loop's own task: no task of its own per step."""
+        self._check_cancel()
+        task = self._chatting = asyncio.current_task()
+        assert task is not None  # the loop runs in a task
+        try:
+            response = await self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
+        except asyncio.CancelledError:
+            if not self._cut:
+                raise  # the run itself was cancelled (Ctrl-C, a shutdown): not ours to keep
+            task.uncancel()
+            raise Stop(RunStatus.CANCELLED) from None
+        finally:
+            self._chatting = None
+        if self._cut:  # the cancel came as the reply did: take the cut still pending here
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+            task.uncancel()
+        return response  # the reply counts: a finish_task in it is kept, the rest not acted on
+
+    def _no_tool_calls(self, response: ChatResponse) -> None:
+        text = response.content or ""
+        if self.nudged:
+            raise Stop(RunStatus.COMPLETED_FROM_TEXT, payload={"text": text})
+        self.nudged = True
+        self.log.emit("nudge", {"step": self.steps, "message": NUDGE})
+        self.messages.append({"role": "user", "content": NUDGE})

@@ -1,0 +1,102 @@
+"""A run's state, and the signal that ends it. The loop's behaviour is layered on top:
+``finish.py`` (a final answer and its checks), ``tools.py`` (one tool call), ``run.py``
+(steps, model calls, cancel)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabric.application.approvals import PolicyGate
+from fabric.application.context import ToolContext
+from fabric.application.cost import RunCost
+from fabric.application.pack import FINISH_TOOL, Pack
+from fabric.application.ports import ChatClient, DeltaSink, RunLog, Tool
+from fabric.application.verify import RunRecord
+from fabric.config.schema import Limits
+from fabric.domain.errors import FabricError
+from fabric.domain.models import Message, RunStatus, ToolSpec, Usage
+
+
+class Stop(Exception):
+    """Ends the loop with a status; raised anywhere in it, caught once in ``execute_task``."""
+
+    def __init__(
+        self,
+        status: RunStatus,
+        payload: dict[str, Any] | None = None,
+        error: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status.value)
+        self.status, self.payload, self.error = status, payload, error
+
+
+@dataclass
+class RunState:
+    """The state of one run. ``messages`` is the history in wire form, only ever appended."""
+
+    run_id: str
+    pack: Pack
+    chat: ChatClient
+    log: RunLog
+    limits: Limits
+    ctx: ToolContext
+    cancel: asyncio.Event
+    gate: PolicyGate
+    on_delta: DeltaSink | None = None
+    cost: RunCost | None = None
+    messages: list[Message] = field(default_factory=list)
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    repairs: int = 0
+    nudged: bool = False
+    record: RunRecord = field(default_factory=RunRecord)
+    """The tool calls so far, uncut, for the pack's verifiers."""
+    _sent: int = 0
+    """How many messages the runlog has (``llm_request`` logs only the new ones)."""
+    _chatting: asyncio.Task[Any] | None = None
+    """The task waiting for the model right now, which a cancel cuts (``_watch``)."""
+    _cut: bool = False
+    _last_call: tuple[str, str, str] | None = None
+    _repeats: int = 0
+
+    def __post_init__(self) -> None:
+        self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}
+        finish = ToolSpec(FINISH_TOOL, self.pack.finish_description, self.pack.finish_schema)
+        self.tool_defs = [t.spec.as_openai() for t in self.pack.tools] + [finish.as_openai()]
+        self.finish_check = self.pack.finish_check()
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise Stop(RunStatus.CANCELLED)
+
+
+def describe(exc: BaseException) -> dict[str, str]:
+    if isinstance(exc, FabricError):
+        out = {"code": exc.code, "message": exc.message}
+        if exc.hint:
+            out["hint"] = exc.hint
+        status = getattr(exc, "status_code", None)
+        if status is not None:
+            out["status_code"] = str(status)
+        return out
+    return {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
+
+
+def usage_json(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """A model-chosen name, short enough to quote back in a message."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

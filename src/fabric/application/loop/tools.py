@@ -1,0 +1,115 @@
+"""One tool call of the model's: logged, checked by the policy, run within its time limit,
+its output cut to size (the whole of it kept as an artifact) and logged again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from fabric.application.pack import FINISH_TOOL
+from fabric.application.verify import ToolUse
+from fabric.config.prompts import REPEATED
+from fabric.domain.errors import ToolError
+from fabric.domain.models import Message, ToolCall
+
+from .finish import Finishing
+from .state import Stop, clip, describe, ms_since
+
+
+class ToolSteps(Finishing):
+    """How a run handles the tool calls in a model's reply."""
+
+    async def _handle(self, call: ToolCall) -> Message:
+        """Run one tool call and return the tool message for the history."""
+        self.log.emit(
+            "tool_call",
+            {
+                "step": self.steps,
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments if call.arguments is not None else call.raw_arguments,
+            },
+        )
+        started = time.perf_counter()
+        artifact = None
+        try:
+            if call.arguments is None:
+                if call.name == FINISH_TOOL:
+                    self._count_repair(f"- (arguments): not a JSON object: {call.arguments_error}")
+                raise ToolError(
+                    f"the arguments of {clip(call.name)} are not a JSON object: "
+                    f"{call.arguments_error}",
+                    hint="send the arguments as one JSON object matching the tool's schema",
+                )
+            if call.name == FINISH_TOOL:
+                output = await self._finish(call.id, call.arguments)
+            else:
+                if self.gate is not None:  # the policy: allow, ask a person, or deny
+                    await self.gate.check(self.steps, call.id, call.name, call.arguments)
+                output = await self._run_tool(call.name, call.arguments)
+            ok, error = True, None
+        except Stop:
+            raise
+        except ToolError as exc:
+            ok, error = False, describe(exc)
+            output = f"error: {exc}"
+        except (Exception, SystemExit) as exc:  # a tool's own bug must not end the run
+            ok, error = False, {"code": "tool_crashed", "message": f"{type(exc).__name__}: {exc}"}
+            output = f"error: the tool {clip(call.name)} failed: {type(exc).__name__}: {exc}"
+        if call.arguments is not None:
+            if call.name != FINISH_TOOL:
+                self.record.uses.append(ToolUse(call.name, call.arguments, ok, output))
+            output += self._repeated(call.name, call.arguments, output)
+        if len(output) > self.limits.tool_output_chars:
+            name = f"step{self.steps}-{call.name[:40]}-{call.id[:40]}.txt"
+            artifact = self.log.save_artifact(name, output)
+            output = _shorten(output, self.limits.tool_output_chars, artifact)
+        result: dict[str, Any] = {
+            "step": self.steps,
+            "call_id": call.id,
+            "name": call.name,
+            "ok": ok,
+            "output": output,
+            "duration_ms": ms_since(started),
+        }
+        if error:
+            result["error"] = error
+        if artifact:
+            result["artifact"] = artifact
+        self.log.emit("tool_result", result)
+        return {"role": "tool", "tool_call_id": call.id, "content": output}
+
+    def _repeated(self, name: str, arguments: Mapping[str, Any], output: str) -> str:
+        """A note for the model when it makes the call it just made and gets the same result:
+        small models loop on one failing edit until the steps run out."""
+        key = (name, json.dumps(arguments, sort_keys=True, default=str), output)
+        self._repeats = self._repeats + 1 if key == self._last_call else 1
+        self._last_call = key
+        return REPEATED.format(times=self._repeats) if self._repeats > 1 else ""
+
+    async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+        tool = self.tools.get(name)
+        if tool is None:
+            raise ToolError(
+                f"unknown tool {clip(name)!r}",
+                hint=f"use one of: {', '.join(self.pack.tool_names())}",
+            )
+        try:
+            async with asyncio.timeout(self.limits.tool_timeout) as deadline:
+                return await tool(arguments, self.ctx)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the tool's own timeout, reported as its failure
+            raise ToolError(
+                f"{name} did not finish within {self.limits.tool_timeout:g} s",
+                hint="try a smaller piece of work, or raise limits.tool_timeout for the pack",
+            ) from None
+
+
+def _shorten(text: str, limit: int, artifact: str) -> str:
+    note = f"\n[... {len(text) - limit} characters cut; the full output is in {artifact} ...]\n"
+    head = limit * 3 // 4
+    return text[:head] + note + text[len(text) - (limit - head) :]

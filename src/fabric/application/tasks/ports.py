@@ -1,0 +1,54 @@
+"""What the task service needs of the runner: the composition root's ``Runner``
+(``interfaces/compose.py``) fits it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from fabric.application.job import Control, RunRequest
+from fabric.domain.models import RunResult
+from fabric.domain.secrets import Secrets
+
+
+class Runs(Protocol):
+    """Runs tasks the way ``fabric run`` does, and finds their runlogs."""
+
+    @property
+    def secrets(self) -> Secrets:
+        """What is never written out (kept out of task records too)."""
+        ...
+
+    def new_run_id(self) -> str: ...
+
+    def runlog_path(self, run_id: str) -> Path: ...
+
+    def read_runlog(self, path: Path) -> list[dict[str, Any]]:
+        """The events of a runlog (blocking: call it in a thread)."""
+        ...
+
+    def call_logged(self, path: Path, call_id: str) -> bool:
+        """Whether the runlog holds a tool call with this id (blocking)."""
+        ...
+
+    def pack(self, name: str) -> object:
+        """The pack called ``name``; a ``ConfigError`` naming the known ones if none is."""
+        ...
+
+    async def admit(
+        self, request: RunRequest, *, roots: Sequence[Path] = (), remote: bool = False
+    ) -> Path:
+        """Check a run before it is queued, and return its workspace folder."""
+        ...
+
+    async def run(self, request: RunRequest, control: Control | None = None) -> RunResult: ...
+
+    async def resume(
+        self,
+        events: Sequence[Mapping[str, Any]],
+        path: Path,
+        *,
+        max_steps: int | None = None,
+        control: Control | None = None,
+    ) -> RunResult: ...

@@ -1,0 +1,209 @@
+"""What a run works with, its ``Kit``, set up in order for each run and closed again: the
+model (backend and client), the confinement of its commands (with the host code it may only
+read), the runlog, and the run ledger entry; and the ``run_started`` facts about them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import fabric
+from fabric.application.commands import CommandRunner
+from fabric.application.job import Kit
+from fabric.application.ports import ChatClient
+from fabric.application.resolve import Resolution
+from fabric.config.loader import LoadedConfig
+from fabric.config.schema import SandboxSettings
+from fabric.domain.errors import ConfigError, FabricError, SandboxError
+from fabric.infrastructure.llm.backends import Backends, base_url_of
+from fabric.infrastructure.packs import git_audit, run_ledger
+from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack
+from fabric.infrastructure.runlog import JsonlRunLog
+from fabric.infrastructure.sandbox import HostCode, SandboxedCommands, command_runner, host_code
+from fabric.interfaces.model_resolver import ModelResolver
+
+_log = logging.getLogger(__name__)
+
+CommandFactory = Callable[
+    [SandboxSettings, Path, tuple[Path, ...], tuple[Path, ...]], CommandRunner
+]
+"""Makes a pack's command runner from its sandbox settings, the workspace, the protected
+places and the host code it may only read (default: ``command_runner``, the OS sandbox)."""
+
+
+def redact_url(url: str) -> str:
+    """A URL without user:password, safe for logs."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One run's kit, and how its model was chosen."""
+
+    kit: Kit
+    runlog: JsonlRunLog
+    resolution: Resolution | None
+
+
+@dataclass
+class RunSetup:
+    """Sets up each run's kit for one config."""
+
+    loaded: LoadedConfig
+    backends: Backends
+    models: ModelResolver
+    protected_paths: tuple[Path, ...]
+    """What tools may neither read nor write (the runs folder first)."""
+    make_commands: CommandFactory = command_runner
+    _host_code: HostCode | None = None
+
+    @contextlib.asynccontextmanager
+    async def session(
+        self,
+        loaded_pack: LoadedPack,
+        workspace: Path,
+        backend: str | None,
+        model: str | None,
+        open_log: Callable[[], JsonlRunLog],
+    ) -> AsyncIterator[Session]:
+        """What a run or a resumed run needs, set up in order (model, confinement, runlog,
+        chat client), with any failure kept as the run's start error so it still gets a
+        runlog; closed again afterwards, whatever happened."""
+        model_key = loaded_pack.settings.model
+        resolved = await self.models.try_resolve(model_key, backend, model)
+        resolution = resolved[0]
+        read_only, commands, unconfined = await asyncio.to_thread(
+            self._confinement, loaded_pack, workspace
+        )
+        runlog = open_log()
+        started = time.time()
+        unrecorded = _record_start(runlog.run_id, workspace)
+        chat: ChatClient | None = None
+        try:
+            chat, unresolved = await self.models.open_chat(model_key, model, resolved, runlog)
+            start_error = unrecorded or unconfined or unresolved
+            kit = Kit(
+                chat,
+                runlog,
+                commands,
+                self.protected_paths,
+                read_only,  # the host code in the workspace as the run found it
+                self.prices(),
+                start_error,
+            )
+            yield Session(kit, runlog, resolution)
+        finally:
+            runlog.close()
+            if chat is not None:
+                with contextlib.suppress(Exception):  # the result stands
+                    await chat.aclose()
+            if isinstance(commands, SandboxedCommands) and commands.unaudited:  # cut short
+                for line in await asyncio.to_thread(git_audit.sweep, workspace, started, read_only):
+                    _log.warning("fabric removed %s", line)
+            if unrecorded is None:
+                with contextlib.suppress(OSError):  # an open window only makes fabric stricter
+                    run_ledger.closed(runlog.run_id)
+
+    @staticmethod
+    def starts_commands(loaded_pack: LoadedPack) -> bool:
+        """Whether a run of the pack starts processes (so it needs a confined command runner)."""
+        return loaded_pack.starts_commands
+
+    def read_only_in(self, workspace: Path) -> tuple[Path, ...]:
+        """The host code inside ``workspace`` now: what fabric or the user's tools execute
+        later (this config, its pack modules, virtualenvs, .git config and hooks, ...), which
+        a run may read but not change (ADR 0013)."""
+        return tuple(self._host().in_workspace(workspace))
+
+    def _host(self) -> HostCode:
+        if self._host_code is None:
+            source = Path(self.loaded.source)
+            modules = [
+                BUILTIN_BUILDERS.get(p.builder, p.builder).partition(":")[0]
+                for p in self.loaded.config.packs.values()
+            ]
+            self._host_code = host_code(
+                source if source.is_file() else None, self.loaded.base_dir, modules
+            )
+        return self._host_code
+
+    def commands_for(
+        self, loaded_pack: LoadedPack, workspace: Path, read_only: tuple[Path, ...] | None = None
+    ) -> CommandRunner | None:
+        """The confined command runner for a pack that starts processes (None for one that
+        starts none); SandboxError when this machine cannot confine it as configured.
+        ``read_only``: the workspace's host code (default: as found now)."""
+        if not self.starts_commands(loaded_pack):
+            return None
+        self._host().check(workspace)
+        if read_only is None:
+            read_only = self.read_only_in(workspace)
+        return self.make_commands(
+            loaded_pack.settings.sandbox, workspace, self.protected_paths, read_only
+        )
+
+    def _confinement(
+        self, loaded_pack: LoadedPack, workspace: Path
+    ) -> tuple[tuple[Path, ...], CommandRunner | None, FabricError | None]:
+        """The workspace's host code and ``commands_for`` it, or why the commands cannot be
+        had (the run is then recorded as failed, with the hint to install bubblewrap). Called
+        in a thread: it looks through the workspace, and the first call probes the machine
+        (tens of ms)."""
+        read_only = self.read_only_in(workspace)
+        try:
+            return read_only, self.commands_for(loaded_pack, workspace, read_only), None
+        except SandboxError as exc:
+            return read_only, None, exc
+
+    def prices(self) -> dict[str, tuple[float | None, float | None]]:
+        options = self.loaded.config.llm.model_options
+        return {name: (o.input_price, o.output_price) for name, o in options.items()}
+
+    def meta(self, resolution: Resolution | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "fabric_version": fabric.__version__,
+            "config": self.loaded.source,
+            "sampling": {"temperature": self.loaded.config.llm.temperature},
+        }
+        if resolution is not None:
+            meta["sampling"] = {"temperature": self.backends.temperature(resolution.model)}
+            settings = self.backends.settings(resolution.backend)
+            url = base_url_of(settings)
+            meta["backend"] = {
+                "name": resolution.backend,
+                "kind": settings.kind,
+                "base_url": redact_url(url) if url else None,
+            }
+            meta["selection"] = {
+                "backend": resolution.backend,
+                "model": resolution.model,
+                "reason": resolution.reason,
+                "skipped": [{"backend": b, "why": w} for b, w in resolution.skipped],
+            }
+        return meta
+
+
+def _record_start(run_id: str, workspace: Path) -> FabricError | None:
+    """Enter the run in the run ledger before anything of it runs (or say why it cannot be:
+    the run then fails, for without the ledger fabric could later load what it planted)."""
+    try:
+        run_ledger.opened(run_id, str(workspace))
+    except OSError as exc:
+        return ConfigError(
+            f"cannot record the run in {run_ledger.ledger_path()}: {exc.strerror or exc}",
+            hint="make ~/.config/fabric writable for your user (fabric keeps its run ledger "
+            "there, see ADR 0013)",
+        )
+    return None

@@ -1,0 +1,308 @@
+"""``Runner``: runs tasks with the packs of one config, the same for every way in (the CLI, the
+HTTP task service, the eval, replay). Built by ``compose.build_runner``."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabric.application.commands import CommandRunner
+from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, RunRequest
+from fabric.application.ports import RunObserver
+from fabric.application.replay import Recording, ReplayReport
+from fabric.application.resolve import Resolution
+from fabric.application.resume import plan_resume, resume_task
+from fabric.application.workspaces import check_workspace
+from fabric.config.loader import LoadedConfig
+from fabric.config.schema import Limits
+from fabric.domain.clock import Clock, utc_now
+from fabric.domain.errors import ConfigError
+from fabric.domain.models import RunResult
+from fabric.domain.secrets import Secrets
+from fabric.infrastructure.llm.backends import Backends
+from fabric.infrastructure.packs.registry import LoadedPack, load_pack
+from fabric.infrastructure.runlog import (
+    JsonlRunLog,
+    call_logged,
+    new_run_id,
+    read_runlog,
+    runlog_path,
+)
+from fabric.infrastructure.runlog.writer import Observer
+from fabric.infrastructure.sandbox import command_runner
+from fabric.infrastructure.tools.search_check import search_problem
+from fabric.interfaces.model_resolver import ChatFactory, ModelResolver
+from fabric.interfaces.run_setup import CommandFactory, RunSetup
+
+
+@dataclass
+class Runner:
+    """Runs tasks with the packs of one config. ``aclose`` stops what it started."""
+
+    loaded: LoadedConfig
+    runs_dir: Path
+    backends: Backends
+    chat_factory: ChatFactory | None = None
+    protected: tuple[Path, ...] = ()
+    """Places file tools may neither read nor write, besides the runs folder."""
+    secrets: Secrets = field(default_factory=Secrets)
+    """Redacted from every runlog line and artifact (``known_secrets``)."""
+    observers: tuple[RunObserver, ...] = ()
+    """Watch every run, besides those a run's own ``Control`` names."""
+    make_commands: CommandFactory = command_runner
+    clock: Clock = utc_now
+    """Stamps runlog events (``ts``)."""
+    _packs: dict[str, LoadedPack] = field(default_factory=dict)
+    models: ModelResolver = field(init=False)
+    """How each run's model is chosen and opened."""
+    setup: RunSetup = field(init=False)
+    """How each run's kit is set up."""
+
+    def __post_init__(self) -> None:
+        self.models = ModelResolver(self.loaded, self.backends, self.chat_factory)
+        self.setup = RunSetup(
+            self.loaded, self.backends, self.models, self.protected_paths, self.make_commands
+        )
+
+    def runlog_path(self, run_id: str) -> Path:
+        """The runlog of run ``run_id`` in this runner's runs folder."""
+        return runlog_path(self.runs_dir, run_id)
+
+    @staticmethod
+    def new_run_id() -> str:
+        return new_run_id()
+
+    @staticmethod
+    def read_runlog(path: Path) -> list[dict[str, Any]]:
+        """The events of the runlog at ``path`` (its unreadable lines left out)."""
+        return read_runlog(path)[0]
+
+    @staticmethod
+    def call_logged(path: Path, call_id: str) -> bool:
+        return call_logged(path, call_id)
+
+    def pack(self, name: str) -> LoadedPack:
+        if name not in self._packs:
+            self._packs[name] = load_pack(self.loaded, name)
+        return self._packs[name]
+
+    def pack_for(self, started: Mapping[str, Any]) -> LoadedPack:
+        """The pack a recorded run (its ``run_started``) ran with, with the task's own
+        verification, for resuming or replaying it."""
+        verify = started.get("verify_override")
+        return self.pack(str(started.get("pack", ""))).for_run(
+            verify if isinstance(verify, str) else None
+        )
+
+    def model_for(self, loaded_pack: LoadedPack, override: str | None = None) -> str:
+        """The model name a pack asks for (see ``ModelResolver.model_for``)."""
+        return self.models.model_for(loaded_pack.settings.model, override)
+
+    async def resolve(
+        self,
+        pack_name: str,
+        *,
+        backend: str | None = None,
+        model: str | None = None,
+        fresh: bool = False,
+    ) -> Resolution:
+        """Which backend and model a run of this pack would use, and why
+        (``ModelResolver.resolve``)."""
+        return await self.models.resolve(
+            self.pack(pack_name).settings.model, backend=backend, model=model, fresh=fresh
+        )
+
+    async def admit(
+        self, request: RunRequest, *, roots: Sequence[Path] = (), remote: bool = False
+    ) -> Path:
+        """Check a run before it starts or is queued, the same for every way in, and return
+        its workspace folder: the backend and pack exist, the task is not empty, the workspace
+        is one a run may use (under ``roots`` when given), the task's own ``verify`` parses and,
+        for a ``remote`` caller, names one of the pack's allowed programs (the config, not a
+        token holder, decides what runs), and the pack's web_search can work."""
+        if request.backend is not None and request.backend != "auto":
+            self.backends.settings(request.backend)  # unknown: a ConfigError listing the known
+        if not request.task.strip():
+            raise ConfigError("the task is empty", hint="say what the pack should do")
+        loaded_pack = self.pack(request.pack)  # unknown or broken: a ConfigError naming it
+        folder = check_workspace(
+            request.workspace or Path.cwd(), self.loaded, runs_dir=self.runs_dir, roots=roots
+        )
+        _check_verify(loaded_pack, request.verify, remote=remote)
+        await _check_search(request.pack, loaded_pack)
+        return folder
+
+    async def run(self, request: RunRequest, control: Control | None = None) -> RunResult:
+        """Run one task to its end and return the result; the runlog is on disk.
+        ``control`` cancels it, answers the calls the pack's policy asks about (no approver:
+        they are refused) and watches it."""
+        control = self._control(control)
+        folder = await self.admit(request)
+        loaded_pack = self.pack(request.pack).for_run(request.verify)
+        limits = _limits(loaded_pack.settings.limits, request.max_steps)
+
+        def open_log() -> JsonlRunLog:
+            return self.open_runlog(request.run_id or new_run_id(), control.events())
+
+        async with self.setup.session(
+            loaded_pack, folder, request.backend, request.model, open_log
+        ) as session:
+            job = Job(
+                request.task,
+                loaded_pack.pack,
+                session.runlog.run_id,
+                folder,
+                limits,
+                loaded_pack.settings.sandbox,
+                meta={**self.setup.meta(session.resolution), **_verify_meta(request.verify)},
+            )
+            return await execute_task(job, session.kit, control)
+
+    async def resume(
+        self,
+        events: Sequence[Mapping[str, Any]],
+        path: Path,
+        *,
+        max_steps: int | None = None,
+        control: Control | None = None,
+    ) -> RunResult:
+        """Continue the run whose runlog (at ``path``) holds ``events``: same run id, pack,
+        workspace and model, appending to the same log (see ``application/resume.py``).
+        ``control.approver`` answers the policy's asks in the new steps (the redone ones get
+        their recorded answers)."""
+        control = self._control(control)
+        plan = plan_resume(events, max_steps)
+        started = plan.started
+        loaded_pack = self.pack_for(started)
+        await _check_search(str(started.get("pack", "")), loaded_pack)
+        folder = Path(str(started.get("workspace", "")))
+        if not folder.is_dir():
+            raise ConfigError(
+                f"the run's workspace {folder} is not a folder any more",
+                hint="restore the workspace, or start a new run",
+            )
+        folder = check_workspace(folder, self.loaded, runs_dir=self.runs_dir)
+        model = started.get("model") or None
+        backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
+
+        def open_log() -> JsonlRunLog:
+            try:
+                return JsonlRunLog.reopen(
+                    path, *control.events(), secrets=self.secrets, clock=self.clock
+                )
+            except OSError as exc:
+                raise ConfigError(f"cannot append to {path}: {exc}") from exc
+
+        async with self.setup.session(loaded_pack, folder, backend, model, open_log) as session:
+            return await resume_task(
+                plan,
+                pack=loaded_pack.pack,
+                workspace=folder,
+                kit=session.kit,
+                control=control,
+                run_dir=path.parent,
+                sandbox=loaded_pack.settings.sandbox,
+            )
+
+    @property
+    def protected_paths(self) -> tuple[Path, ...]:
+        """What tools may neither read nor write: the runs folder and ``protected``."""
+        return (self.runs_dir, *self.protected)
+
+    @staticmethod
+    def starts_commands(loaded_pack: LoadedPack) -> bool:
+        """Whether a run of the pack starts processes (so it needs a confined command runner)."""
+        return loaded_pack.starts_commands
+
+    def read_only_in(self, workspace: Path) -> tuple[Path, ...]:
+        """The host code inside ``workspace`` now (``RunSetup.read_only_in``)."""
+        return self.setup.read_only_in(workspace)
+
+    def commands_for(self, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None:
+        """The pack's confined command runner (``RunSetup.commands_for``)."""
+        return self.setup.commands_for(loaded_pack, workspace)
+
+    def pack_summary(self, name: str) -> dict[str, Any]:
+        """A pack as ``fabric packs`` and ``GET /packs`` list it: name, description, tools and
+        model key."""
+        lp = self.pack(name)
+        return {
+            "name": name,
+            "description": lp.pack.description,
+            "tools": lp.pack.tool_names(),
+            "model": lp.settings.model,
+        }
+
+    async def replay(
+        self, path: Path, *, live: bool = False, recording: Recording | None = None
+    ) -> ReplayReport:
+        """Re-drive the run recorded at ``path`` (``recording``: already read from it) with
+        its pack as configured now, as a new run here; ``live``: the real tools, on a copy
+        of its workspace (ADR 0010)."""
+        from .replays import replay_run
+
+        return await replay_run(self, path, live=live, recording=recording)
+
+    def open_runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog:
+        """A new run's runlog in the runs folder, or a ConfigError saying how to fix it."""
+        try:
+            return JsonlRunLog(
+                self.runs_dir, run_id, *observers, secrets=self.secrets, clock=self.clock
+            )
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create the runlog folder in {self.runs_dir}: {exc}",
+                hint="make runs_dir writable, or point runs_dir in fabric.yaml elsewhere",
+            ) from exc
+
+    def _control(self, control: Control | None) -> Control:
+        """A run's control with this runner's own observers added."""
+        control = control or Control()
+        if not self.observers:
+            return control
+        return dataclasses.replace(control, observers=(*self.observers, *control.observers))
+
+    async def aclose(self) -> None:
+        await self.backends.aclose()
+
+
+async def _check_search(name: str, loaded_pack: LoadedPack) -> None:
+    """Refuse a run of a pack whose web_search cannot work: every search would fail steps
+    later, after the model was loaded and asked."""
+    problem = await search_problem(name, loaded_pack)
+    if problem is not None:
+        raise problem
+
+
+def _check_verify(loaded_pack: LoadedPack, verify: str | None, *, remote: bool) -> None:
+    """A command that cannot be parsed is refused now, not when the task runs. A remote
+    caller's check may use only what the pack's commands may (its allowed programs)."""
+    loaded_pack.for_run(verify)
+    if not remote or verify is None or verify.strip() == "off":
+        return
+    program = shlex.split(verify)[0]
+    allowed = loaded_pack.settings.sandbox.allowed_commands
+    if program not in allowed:
+        raise ConfigError(
+            f"verify: {program!r} is not one of the allowed commands of pack "
+            f"{loaded_pack.pack.name!r}, so a task may not run it",
+            hint=f"use one of: {', '.join(allowed)}; or 'off'" if allowed else "use 'off'",
+        )
+
+
+def _verify_meta(verify: str | None) -> dict[str, str]:
+    """A task's own verification, kept in ``run_started`` so a resumed run checks the same."""
+    return {} if verify is None else {"verify_override": verify}
+
+
+def _limits(limits: Limits, max_steps: int | None) -> Limits:
+    if max_steps is None:
+        return limits
+    if max_steps < 1:
+        raise ConfigError("--max-steps must be at least 1")
+    return limits.model_copy(update={"max_steps": max_steps})
