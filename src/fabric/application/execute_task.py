@@ -23,6 +23,7 @@ from fabric.config.prompts import FINISH_INVALID, NUDGE, REPEATED, VERIFY_FAILED
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import FabricError, ToolError
 from fabric.domain.models import (
+    ChatRequest,
     ChatResponse,
     Message,
     RunResult,
@@ -207,7 +208,8 @@ class _Run:
         task = self._chatting = asyncio.current_task()
         assert task is not None  # the loop runs in a task
         try:
-            response = await self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
+            request = ChatRequest(self.messages, self.tool_defs, self.on_delta)
+            response = await self.chat.chat(request)
         except asyncio.CancelledError:
             if not self._cut:
                 raise  # the run itself was cancelled (Ctrl-C, a shutdown): not ours to keep
