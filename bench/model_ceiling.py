@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from fabric.application.evals.checks import run_checks  # noqa: E402
 from fabric.config.eval_suite_loader import load_suite  # noqa: E402
 from fabric.config.loader import load_config  # noqa: E402
+from fabric.domain.models import ChatRequest  # noqa: E402
 from fabric.domain.test_output import trim_test_output  # noqa: E402
 from fabric.infrastructure.tools.verifiers import AUTO_COMMAND  # noqa: E402
 from fabric.interfaces.compose import build_runner  # noqa: E402
@@ -88,7 +89,7 @@ async def sample(case, client, checks: ConfinedChecks, work: Path) -> tuple[bool
     shown = "".join(f"\n{path}:\n```python\n{text}```\n" for path, text in sources.items())
     prompt = ASK.format(failure=trim_test_output(outcome.output, 1500).strip(), sources=shown)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
-    reply = await client.chat(messages, [])
+    reply = await client.chat(ChatRequest(messages, []))
     files = answer_files(reply.message.get("content") or "", sources)
     if not files:
         return False, "no corrected file in the reply"

@@ -19,6 +19,7 @@ import pytest
 from support import assert_valid_runlog
 
 from fabric.config.schema import EmbeddedBackend
+from fabric.domain.models import ChatRequest
 from fabric.infrastructure.llm.embedded import EmbeddedServer, installed
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
 from fabric.infrastructure.llm.text_tool_calls import tool_call_schema
@@ -78,7 +79,7 @@ def test_a_tool_call_comes_back_in_openai_shape(server: EmbeddedServer) -> None:
         )
         try:
             messages = [{"role": "user", "content": "Write 'hi' into the file note.txt."}]
-            return await client.chat(messages, TOOLS)
+            return await client.chat(ChatRequest(messages, TOOLS))
         finally:
             await client.aclose()
 

@@ -87,6 +87,7 @@ sys.stdin.read()  # serve until the supervisor closes the pipe
 RUN = """
 import asyncio, json, sys
 from fabric.config.schema import EmbeddedBackend
+from fabric.domain.models import ChatRequest
 from fabric.infrastructure.llm.embedded import EmbeddedServer
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
 
@@ -106,7 +107,7 @@ async def main():
     client = server.held(
         OpenAIChatClient(base_url=url, model="stand-in", api_key=server.api_key, stream=True)
     )
-    reply = await client.chat([{"role": "user", "content": "ping"}], [])
+    reply = await client.chat(ChatRequest([{"role": "user", "content": "ping"}], []))
     print(json.dumps({"pid": server.pid, "reply": reply.content}), flush=True)
     if hold == "hold":
         await asyncio.sleep(3600)  # a run still going; the test kills it

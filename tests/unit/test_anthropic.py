@@ -26,7 +26,7 @@ from fabric.domain.errors import (
     ModelServerError,
     ModelTimeoutError,
 )
-from fabric.domain.models import ChatResponse, ModelInfo, Usage
+from fabric.domain.models import ChatRequest, ChatResponse, ModelInfo, Usage
 from fabric.infrastructure.llm.anthropic import AnthropicCatalog, AnthropicChatClient
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "anthropic"
@@ -99,7 +99,7 @@ def chat(
         chat_client = client(recorder, **options)
         try:
             return await chat_client.chat(
-                messages or MESSAGES, [WEATHER] if tools is None else tools
+                ChatRequest(messages or MESSAGES, [WEATHER] if tools is None else tools)
             )
         finally:
             await chat_client.aclose()
@@ -113,7 +113,7 @@ def chat_error(*answers: Answer, **options: Any) -> tuple[ModelError, Recorder]:
     async def main() -> None:
         chat_client = client(recorder, **options)
         try:
-            await chat_client.chat(MESSAGES, [WEATHER])
+            await chat_client.chat(ChatRequest(MESSAGES, [WEATHER]))
         finally:
             await chat_client.aclose()
 
@@ -329,11 +329,11 @@ def test_a_reply_goes_back_into_the_history_and_out_again_unchanged() -> None:
         chat_client = client(recorder)
         try:
             history = list(MESSAGES)
-            first = await chat_client.chat(history, [WEATHER])
+            first = await chat_client.chat(ChatRequest(history, [WEATHER]))
             history.append(first.message)
             for call in first.tool_calls:
                 history.append({"role": "tool", "tool_call_id": call.id, "content": "15 C"})
-            return [first, await chat_client.chat(history, [WEATHER])]
+            return [first, await chat_client.chat(ChatRequest(history, [WEATHER]))]
         finally:
             await chat_client.aclose()
 
@@ -574,12 +574,12 @@ def test_with_the_option_a_call_written_as_text_becomes_a_native_tool_call() -> 
     async def main() -> ChatResponse:
         chat_client = client(recorder, text_tool_calls=True)
         try:
-            first = await chat_client.chat(MESSAGES, [WEATHER])
+            first = await chat_client.chat(ChatRequest(MESSAGES, [WEATHER]))
             history = [*MESSAGES, first.message]
             history.append(
                 {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "15 C"}
             )
-            await chat_client.chat(history, [WEATHER])
+            await chat_client.chat(ChatRequest(history, [WEATHER]))
             return first
         finally:
             await chat_client.aclose()

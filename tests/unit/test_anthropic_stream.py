@@ -21,7 +21,7 @@ from fabric.domain.errors import (
     ModelResponseError,
     ModelServerError,
 )
-from fabric.domain.models import ChatDelta, ChatResponse, Usage
+from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, Usage
 from fabric.infrastructure.llm.anthropic import AnthropicChatClient
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "anthropic"
@@ -121,7 +121,7 @@ def stream_chat(
             transport=httpx.MockTransport(answer),
         )
         try:
-            return await client.chat(MESSAGES, TOOLS, on_delta=deltas.append)
+            return await client.chat(ChatRequest(MESSAGES, TOOLS, on_delta=deltas.append))
         finally:
             await client.aclose()
 

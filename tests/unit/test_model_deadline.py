@@ -29,7 +29,7 @@ from fabric.application.ports import ChatClient
 from fabric.application.resilience import RetryingChatClient, retries_exhausted
 from fabric.config.schema import RetrySettings, Timeouts
 from fabric.domain.errors import ModelServerError, ModelTimeoutError
-from fabric.domain.models import ChatDelta, ChatResponse, Message, RunResult, RunStatus
+from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, Message, RunResult, RunStatus
 from fabric.infrastructure.llm.anthropic import AnthropicChatClient
 from fabric.infrastructure.llm.http import DEFAULT_REQUEST_TIMEOUT
 from fabric.infrastructure.llm.ollama_chat import OllamaChatClient
@@ -238,7 +238,7 @@ def transport(*answers: Trickle | httpx.Response, kind: str) -> httpx.MockTransp
 
 async def ask(client: ChatClient) -> ChatResponse:
     try:
-        return await client.chat(MESSAGES, [])
+        return await client.chat(ChatRequest(MESSAGES, []))
     finally:
         await client.aclose()
 

@@ -21,7 +21,7 @@ from fabric.domain.errors import (
     ModelServerError,
     ModelToolsUnsupportedError,
 )
-from fabric.domain.models import ChatDelta, ChatResponse, Usage
+from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, Usage
 from fabric.infrastructure.llm.ollama import OllamaChatClient, ollama_base_url
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "ollama"
@@ -89,9 +89,11 @@ def run_chat(
         )
         try:
             return await client.chat(
-                MESSAGES if messages is None else messages,
-                TOOLS if tools is None else tools,
-                on_delta=deltas.append,
+                ChatRequest(
+                    MESSAGES if messages is None else messages,
+                    TOOLS if tools is None else tools,
+                    on_delta=deltas.append,
+                )
             )
         finally:
             await client.aclose()

@@ -27,7 +27,7 @@ from fabric.domain.errors import (
     ModelTimeoutError,
     ModelToolsUnsupportedError,
 )
-from fabric.domain.models import ChatResponse, Usage
+from fabric.domain.models import ChatRequest, ChatResponse, Usage
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient, parse_completion
 from fabric.testing import completion
 
@@ -79,7 +79,9 @@ def chat(
     async def main() -> ChatResponse:
         client = OpenAIChatClient(transport=httpx.MockTransport(recorder), **options)
         try:
-            return await client.chat(messages or MESSAGES, TOOLS if tools is None else tools)
+            return await client.chat(
+                ChatRequest(messages or MESSAGES, TOOLS if tools is None else tools)
+            )
         finally:
             await client.aclose()
 
@@ -177,7 +179,7 @@ def test_a_real_loopback_server_receives_the_request_path_and_headers() -> None:
         async def main() -> ChatResponse:
             client = OpenAIChatClient(base_url=server.base_url, model="m", api_key="k")
             try:
-                return await client.chat(MESSAGES, TOOLS)
+                return await client.chat(ChatRequest(MESSAGES, TOOLS))
             finally:
                 await client.aclose()
 
@@ -413,7 +415,7 @@ def test_nothing_listening_on_a_real_port_is_a_connection_error() -> None:
     async def main() -> None:
         client = OpenAIChatClient(base_url=f"http://127.0.0.1:{port}/v1", model="m")
         try:
-            await client.chat(MESSAGES, TOOLS)
+            await client.chat(ChatRequest(MESSAGES, TOOLS))
         finally:
             await client.aclose()
 
@@ -470,7 +472,7 @@ def test_respx_route_sees_the_same_request() -> None:
         async def main() -> ChatResponse:
             client = OpenAIChatClient(base_url="http://llm.test/v1", model="m", api_key="k")
             try:
-                return await client.chat(MESSAGES, TOOLS)
+                return await client.chat(ChatRequest(MESSAGES, TOOLS))
             finally:
                 await client.aclose()
 

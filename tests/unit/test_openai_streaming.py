@@ -21,7 +21,7 @@ from fabric.domain.errors import (
     ModelServerError,
     ModelTimeoutError,
 )
-from fabric.domain.models import ChatDelta, ChatResponse, Usage
+from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, Usage
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
 from fabric.testing import completion
 
@@ -78,7 +78,9 @@ def run(
             transport=httpx.MockTransport(handler),
         )
         try:
-            return await client.chat(MESSAGES, TOOLS, on_delta=deltas.append if sink else None)
+            return await client.chat(
+                ChatRequest(MESSAGES, TOOLS, on_delta=deltas.append if sink else None)
+            )
         finally:
             await client.aclose()
 
@@ -430,7 +432,7 @@ def test_streaming_from_a_real_loopback_server(sse_server: str) -> None:
     async def main() -> ChatResponse:
         client = OpenAIChatClient(base_url=sse_server, model="m", stream=True)
         try:
-            return await client.chat(MESSAGES, TOOLS, on_delta=deltas.append)
+            return await client.chat(ChatRequest(MESSAGES, TOOLS, on_delta=deltas.append))
         finally:
             await client.aclose()
 

@@ -24,7 +24,7 @@ from fabric.domain.errors import (
     ModelTimeoutError,
     ModelToolsUnsupportedError,
 )
-from fabric.domain.models import ChatDelta, ChatResponse, ModelInfo, Usage
+from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, ModelInfo, Usage
 from fabric.infrastructure.llm.openai_catalog import OpenAICatalog
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
 
@@ -132,7 +132,7 @@ def run_chat(
             transport=httpx.MockTransport(handler),
         )
         try:
-            return await client.chat(MESSAGES, TOOLS, on_delta=deltas.append)
+            return await client.chat(ChatRequest(MESSAGES, TOOLS, on_delta=deltas.append))
         finally:
             await client.aclose()
 

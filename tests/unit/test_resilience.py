@@ -26,7 +26,7 @@ from fabric.domain.errors import (
     ModelServerError,
     ModelToolsUnsupportedError,
 )
-from fabric.domain.models import ChatDelta, ChatResponse, Message
+from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, Message
 from fabric.infrastructure.llm.http_errors import status_error, transport_error
 from fabric.testing import ScriptedChatClient, reply, tool_call
 
@@ -85,7 +85,7 @@ def retrying(
 
 
 def chat(client: RetryingChatClient | FallbackChatClient) -> ChatResponse:
-    return asyncio.run(client.chat(HISTORY, []))
+    return asyncio.run(client.chat(ChatRequest(HISTORY, [])))
 
 
 # --- retries ------------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_total_time_bounds_the_waiting() -> None:
 def test_the_wrapper_passes_model_deltas_and_close_through() -> None:
     client, inner, _, _ = retrying([http(503), reply("hello")])
     deltas: list[ChatDelta] = []
-    asyncio.run(client.chat(HISTORY, [], on_delta=deltas.append))
+    asyncio.run(client.chat(ChatRequest(HISTORY, [], on_delta=deltas.append)))
     assert client.model == "local"
     assert [d.text for d in deltas] == ["hello"]
     asyncio.run(client.aclose())

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from fabric.config.loader import load_config
 from fabric.config.schema import OpenAIBackend, SandboxSettings
 from fabric.domain.errors import ModelAuthError, ModelError
-from fabric.domain.models import ChatDelta
+from fabric.domain.models import ChatDelta, ChatRequest
 from fabric.domain.secrets import REDACTED, Secrets, looks_secret
 from fabric.infrastructure.llm.anthropic import AnthropicCatalog, AnthropicChatClient
 from fabric.infrastructure.llm.backends import api_key
@@ -112,7 +112,7 @@ def _raised(client: Any) -> ModelError:
             await client.list_models()
             return
         try:
-            await client.chat([{"role": "user", "content": "hi"}], [])
+            await client.chat(ChatRequest([{"role": "user", "content": "hi"}], []))
         finally:
             await client.aclose()
 

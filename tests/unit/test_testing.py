@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from fabric.domain.errors import ModelError, ModelResponseError
-from fabric.domain.models import ChatResponse, Message, Usage
+from fabric.domain.models import ChatRequest, ChatResponse, Message, Usage
 from fabric.testing import (
     FunctionChatClient,
     MockOpenAIServer,
@@ -104,9 +104,9 @@ def test_scripted_client_answers_in_order_and_records_snapshots() -> None:
     history = [SYSTEM, USER]
 
     async def main() -> list[ChatResponse]:
-        answers = [await client.chat(history, [{"type": "function"}])]
+        answers = [await client.chat(ChatRequest(history, [{"type": "function"}]))]
         history.extend([first.message, {"role": "user", "content": "more"}])
-        answers.append(await client.chat(history, []))
+        answers.append(await client.chat(ChatRequest(history, [])))
         await client.aclose()
         return answers
 
@@ -120,7 +120,7 @@ def test_scripted_client_raises_scripted_errors_and_says_when_the_script_ends() 
     client = ScriptedChatClient([ModelError("boom", hint="h")])
 
     async def ask() -> ChatResponse:
-        return await client.chat([SYSTEM, USER], [])
+        return await client.chat(ChatRequest([SYSTEM, USER], []))
 
     with pytest.raises(ModelError, match="boom"):
         asyncio.run(ask())
@@ -148,7 +148,7 @@ def test_histories_a_server_would_refuse_are_refused(history: list[Any], problem
     assert found is not None and problem in found
     client = ScriptedChatClient([reply("never")])
     with pytest.raises(ModelError) as info:
-        asyncio.run(client.chat(history, []))
+        asyncio.run(client.chat(ChatRequest(history, [])))
     assert info.value.status_code == 400 and problem in info.value.message
 
 
@@ -181,7 +181,7 @@ def test_function_client_answers_from_the_function() -> None:
     client = FunctionChatClient(echo_last, model="fn")
 
     async def main() -> ChatResponse:
-        answer = await client.chat([SYSTEM, USER], [{}, {}])
+        answer = await client.chat(ChatRequest([SYSTEM, USER], [{}, {}]))
         await client.aclose()
         return answer
 

@@ -12,7 +12,7 @@ import httpx
 import jsonschema
 import pytest
 
-from fabric.domain.models import ChatResponse, ToolCall, Usage
+from fabric.domain.models import ChatRequest, ChatResponse, ToolCall, Usage
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
 from fabric.infrastructure.llm.text_tool_calls import (
     apply_text_tool_calls,
@@ -344,7 +344,7 @@ def chat(answer: httpx.Response, *, stream: bool, text_tool_calls: bool) -> Chat
             transport=httpx.MockTransport(lambda request: answer),
         )
         try:
-            return await client.chat([{"role": "user", "content": "x"}], TOOLS)
+            return await client.chat(ChatRequest([{"role": "user", "content": "x"}], TOOLS))
         finally:
             await client.aclose()
 
@@ -382,7 +382,7 @@ def test_the_history_after_text_calls_is_accepted_by_a_server_with_unique_ids() 
             history: list[dict[str, Any]] = [{"role": "user", "content": "read a"}]
             try:
                 while True:
-                    response = await client.chat(history, TOOLS)
+                    response = await client.chat(ChatRequest(history, TOOLS))
                     if not response.tool_calls:
                         return response
                     history.append(response.message)

@@ -24,7 +24,7 @@ from fabric.application.resume import plan_resume, resume_task
 from fabric.application.verify import RunRecord, ToolUse, Verdict
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError
-from fabric.domain.models import RunResult, RunStatus
+from fabric.domain.models import ChatRequest, ChatResponse, RunResult, RunStatus
 from fabric.infrastructure.tools.function_tool import FunctionTool
 from fabric.infrastructure.tools.html_text import html_to_text
 from fabric.infrastructure.tools.verifiers import CitationVerifier
@@ -579,8 +579,8 @@ def test_a_cancel_before_the_checks_ends_the_run_cancelled_not_completed(workspa
     cancel = asyncio.Event()
 
     class CancellingChat(ScriptedChatClient):
-        async def chat(self, *args: Any, **kwargs: Any) -> Any:
-            reply = await super().chat(*args, **kwargs)
+        async def chat(self, request: ChatRequest) -> ChatResponse:
+            reply = await super().chat(request)
             cancel.set()  # the user presses Ctrl-C as the final answer arrives
             return reply
 

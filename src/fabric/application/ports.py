@@ -6,30 +6,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from fabric.domain.models import ChatDelta, ChatResponse, Message, ModelInfo, ToolSpec
+from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, ModelInfo, ToolSpec
+from fabric.domain.models import DeltaSink as DeltaSink  # the adapters and the loop import it here
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from fabric.domain.tasks import TaskRecord
 
 from .context import ToolContext
 
-DeltaSink = Callable[[ChatDelta], None]
-"""Receives a streamed reply's pieces as they arrive (for live display only)."""
-
 
 class ChatClient(Protocol):
-    """One model behind one endpoint. ``chat`` sends the whole history in wire form; a client
-    that streams passes each piece to ``on_delta`` and still returns the whole reply."""
+    """One model behind one endpoint. ``chat`` sends the request's whole history in wire form;
+    a client that streams passes each piece to ``request.on_delta`` and still returns the whole
+    reply."""
 
     @property
     def model(self) -> str: ...
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse: ...
+    async def chat(self, request: ChatRequest) -> ChatResponse: ...
 
     async def aclose(self) -> None: ...
 

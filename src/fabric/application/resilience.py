@@ -32,14 +32,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fabric.config.schema import FallbackStep, RetrySettings
 from fabric.domain.errors import ModelCapabilityError, ModelError
-from fabric.domain.models import ChatResponse, Message
+from fabric.domain.models import ChatRequest, ChatResponse
 
-from .ports import ChatClient, DeltaSink, EventObserver
+from .ports import ChatClient, EventObserver
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -87,17 +87,11 @@ class RetryingChatClient:
         cap = min(self._retry.max_delay, self._retry.initial_delay * 2.0 ** (retry - 1))
         return cap / 2 + self._rng() * cap / 2
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
+    async def chat(self, request: ChatRequest) -> ChatResponse:
         attempts, waited = self._retry.attempts, 0.0
         for attempt in range(1, attempts + 1):
             try:
-                return await self.inner.chat(messages, tools, on_delta=on_delta)
+                return await self.inner.chat(request)
             except ModelError as exc:
                 if not exc.retryable:
                     raise
@@ -157,16 +151,10 @@ class FallbackChatClient:
         """The backend of the client in use (None: the primary's, not given)."""
         return self._backend
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
+    async def chat(self, request: ChatRequest) -> ChatResponse:
         while True:
             try:
-                return await self._current.chat(messages, tools, on_delta=on_delta)
+                return await self._current.chat(request)
             except ModelError as exc:
                 trigger = _trigger(exc)
                 index = next(

@@ -29,7 +29,7 @@ from fabric.domain.errors import (
     ModelError,
     ModelToolsUnsupportedError,
 )
-from fabric.domain.models import ModelInfo
+from fabric.domain.models import ChatRequest, ModelInfo
 
 from .ports import ChatClient, ModelCatalog, ToolProbe
 from .selection import SUGGESTED, find_model, nothing_usable, select_model
@@ -66,7 +66,7 @@ async def probe_tools(client: ChatClient) -> bool:
     one tool offered. A server that refuses tools counts as no; other errors propagate."""
     messages = [{"role": "user", "content": _PROBE_ASK}]
     try:
-        response = await client.chat(messages, [PROBE_TOOL])
+        response = await client.chat(ChatRequest(messages, [PROBE_TOOL]))
     except ModelToolsUnsupportedError:
         return False
     if response.tool_calls_from_text:

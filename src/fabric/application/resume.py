@@ -26,14 +26,14 @@ from typing import Any
 
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError
-from fabric.domain.models import ChatResponse, Message, RunResult, ToolSpec
+from fabric.domain.models import ChatRequest, ChatResponse, RunResult, ToolSpec
 
 from .approvals import RecordedApprover
 from .context import ToolContext
 from .execute_task import execute_task
 from .job import Control, Job, Kit
 from .pack import Pack
-from .ports import ChatClient, DeltaSink, RunLog, Tool
+from .ports import ChatClient, RunLog, Tool
 from .replay.divergence import Diverged, ReplayState
 from .replay.recorded import (
     ReplayChatClient,
@@ -171,20 +171,14 @@ class _ResumingChat:
     def model(self) -> str:
         return self._live.model
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
+    async def chat(self, request: ChatRequest) -> ChatResponse:
         if self._state.divergence is not None:
             raise Diverged(self._state.divergence)
         self._calls += 1
         if self._calls <= self._completed:
-            return await self._recorded.chat(messages, tools)
+            return await self._recorded.chat(request)
         self._state.step = self._calls
-        return await self._live.chat(messages, tools, on_delta=on_delta)
+        return await self._live.chat(request)
 
     async def aclose(self) -> None:
         await self._live.aclose()

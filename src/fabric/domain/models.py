@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,21 @@ class ChatDelta:
     tool_index: int | None = None
     tool_name: str | None = None
     arguments: str = ""
+
+
+DeltaSink = Callable[[ChatDelta], None]
+"""Receives a streamed reply's pieces as they arrive (for live display only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One model call: the whole history in wire form, the tools offered (OpenAI ``tools``
+    entries), and where a streaming client sends each piece of the reply. One value, so every
+    client and every wrapper has the same short signature and passes the request on whole."""
+
+    messages: Sequence[Message]
+    tools: Sequence[Mapping[str, Any]] = ()
+    on_delta: DeltaSink | None = None
 
 
 @dataclass(frozen=True, slots=True)

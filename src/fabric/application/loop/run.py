@@ -12,7 +12,7 @@ from typing import Any
 from fabric.application.pack import FINISH_TOOL, Brief, Briefing
 from fabric.config.prompts import NUDGE
 from fabric.domain.errors import FabricError
-from fabric.domain.models import ChatResponse, RunStatus
+from fabric.domain.models import ChatRequest, ChatResponse, RunStatus
 
 from .state import Stop, describe, ms_since, usage_json
 from .tools import ToolSteps
@@ -116,7 +116,8 @@ class Run(ToolSteps):
         task = self._chatting = asyncio.current_task()
         assert task is not None  # the loop runs in a task
         try:
-            response = await self.chat.chat(self.messages, self.tool_defs, on_delta=self.on_delta)
+            request = ChatRequest(self.messages, self.tool_defs, self.on_delta)
+            response = await self.chat.chat(request)
         except asyncio.CancelledError:
             if not self._cut:
                 raise  # the run itself was cancelled (Ctrl-C, a shutdown): not ours to keep

@@ -22,11 +22,11 @@ from typing import Any
 
 from fabric.application.context import ToolContext
 from fabric.application.pack import Brief, Briefing, Pack
-from fabric.application.ports import DeltaSink, RunLog, Tool
+from fabric.application.ports import RunLog, Tool
 from fabric.application.verify import RunRecord, Verdict, Verifier
 from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import RunError, ToolError
-from fabric.domain.models import ChatResponse, Message, ToolCall, ToolSpec, Usage
+from fabric.domain.models import ChatRequest, ChatResponse, Message, ToolCall, ToolSpec, Usage
 
 from .divergence import (
     Diverged,
@@ -63,13 +63,7 @@ class ReplayChatClient:
     def model(self) -> str:
         return str(self.recording.started.get("model") or "replay")
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
+    async def chat(self, request: ChatRequest) -> ChatResponse:
         self.calls += 1
         step = self.state.step = self.calls
         if self.state.divergence is not None:  # e.g. a tool call differed; stop here
@@ -80,6 +74,7 @@ class ReplayChatClient:
                 self.state.diverge(step, "step count", recorded_steps, f"at least {step}")
             )
         self._extend_history(step)
+        messages, tools = request.messages, request.tools
         start = min(self._checked, len(messages))
         difference = None
         if list(messages[start:]) != self._history[start:]:  # compared as JSON only then

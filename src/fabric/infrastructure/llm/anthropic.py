@@ -8,14 +8,14 @@ httpx errors and error replies become fabric errors here, the same ones every ad
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
 from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelAuthError, ModelResponseError
-from fabric.domain.models import ChatResponse, Message, ModelInfo
+from fabric.domain.models import ChatRequest, ChatResponse, ModelInfo
 from fabric.domain.secrets import Secrets
 
 from .anthropic_stream import Reply, count, parse_message, read_stream
@@ -63,32 +63,28 @@ class AnthropicChatClient:
     def model(self) -> str:
         return self._model
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
+    async def chat(self, request: ChatRequest) -> ChatResponse:
         _require_key(self._api_key)
-        system, turns = to_anthropic_messages(messages)
+        system, turns = to_anthropic_messages(request.messages)
         body: dict[str, Any] = {"model": self._model, "max_tokens": self._max_tokens}
         if system:
             body["system"] = system
         body["messages"] = turns
-        if tools:
-            body["tools"] = to_anthropic_tools(tools)
+        if request.tools:
+            body["tools"] = to_anthropic_tools(request.tools)
         if self._temperature is not None:
             body["temperature"] = self._temperature
         if self._stream:
             body["stream"] = True
         try:
-            request = self._send(encode_json(body), on_delta)
-            reply = await within_deadline(request, self._request_timeout, self._url)
+            sent = self._send(encode_json(body), request.on_delta)
+            reply = await within_deadline(sent, self._request_timeout, self._url)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._url) from exc
         response = to_chat_response(reply)
-        return apply_text_tool_calls(response, tools) if self._text_tool_calls else response
+        if self._text_tool_calls:
+            return apply_text_tool_calls(response, request.tools)
+        return response
 
     async def _send(self, content: bytes, on_delta: DeltaSink | None) -> Reply:
         request = self._http.build_request("POST", self._url, content=content, headers=_JSON)

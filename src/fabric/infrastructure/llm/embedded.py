@@ -18,14 +18,13 @@ import importlib.util
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from fabric.application.ports import ChatClient, DeltaSink
+from fabric.application.ports import ChatClient
 from fabric.config.schema import EmbeddedBackend
 from fabric.domain.errors import ModelConnectionError
-from fabric.domain.models import ChatResponse, Message, ModelInfo
+from fabric.domain.models import ChatRequest, ChatResponse, ModelInfo
 
 from . import embedded_server, embedded_supervisor
 from .embedded_shared import Attached, Launch, attach, running
@@ -208,14 +207,8 @@ class _HeldClient:
     def model(self) -> str:
         return self._inner.model
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
-        return await self._inner.chat(messages, tools, on_delta=on_delta)
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        return await self._inner.chat(request)
 
     async def aclose(self) -> None:
         server, self._server = self._server, None

@@ -29,6 +29,7 @@ from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelError, ModelResponseError, ModelServerError
 from fabric.domain.models import (
     ChatDelta,
+    ChatRequest,
     ChatResponse,
     Message,
     ToolCall,
@@ -81,20 +82,14 @@ class OllamaChatClient:
     def model(self) -> str:
         return self._model
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
+    async def chat(self, request: ChatRequest) -> ChatResponse:
         body: dict[str, Any] = {
             "model": self._model,
-            "messages": to_ollama_messages(messages),
+            "messages": to_ollama_messages(request.messages),
             "stream": self._stream,
         }
-        if tools:
-            body["tools"] = list(tools)
+        if request.tools:
+            body["tools"] = list(request.tools)
         options: dict[str, Any] = {}
         if self._num_ctx is not None:
             options["num_ctx"] = self._num_ctx
@@ -105,7 +100,7 @@ class OllamaChatClient:
         if options:
             body["options"] = options
         content = encode_json(body)
-        reply = _Reply(self._model, on_delta if self._stream else None)
+        reply = _Reply(self._model, request.on_delta if self._stream else None)
         read = self._read_stream if self._stream else self._read_whole
         try:
             await within_deadline(read(content, reply), self._request_timeout, self._url)
@@ -117,8 +112,8 @@ class OllamaChatClient:
         if warning:
             reply.warnings.append(warning)
         response = reply.response()
-        if self._text_tool_calls and tools:
-            response = apply_text_tool_calls(response, tools)
+        if self._text_tool_calls and request.tools:
+            response = apply_text_tool_calls(response, request.tools)
         return response
 
     async def _read_stream(self, content: bytes, reply: _Reply) -> None:

@@ -12,7 +12,7 @@ sees httpx.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -23,8 +23,8 @@ from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelConnectionError, ModelError, ModelResponseError
 from fabric.domain.models import (
     ChatDelta,
+    ChatRequest,
     ChatResponse,
-    Message,
     ToolCall,
     Usage,
     assistant_message,
@@ -85,13 +85,8 @@ class OpenAIChatClient:
     def model(self) -> str:
         return self._model
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        messages, tools = request.messages, request.tools
         body: dict[str, Any] = {"model": self._model, "messages": messages}
         if tools:
             body["tools"] = tools
@@ -107,10 +102,10 @@ class OpenAIChatClient:
         if self._stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-            request = self._chat_streamed(encode_json(body), on_delta)
+            sent = self._chat_streamed(encode_json(body), request.on_delta)
         else:
-            request = self._chat_once(encode_json(body))
-        response = await within_deadline(request, self._request_timeout, self._url)
+            sent = self._chat_once(encode_json(body))
+        response = await within_deadline(sent, self._request_timeout, self._url)
         if self._text_tool_calls or self._constrained:
             response = apply_text_tool_calls(response, tools, messages)
         return response

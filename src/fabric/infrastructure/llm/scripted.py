@@ -16,6 +16,7 @@ from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import ModelError, ModelResponseError
 from fabric.domain.models import (
     ChatDelta,
+    ChatRequest,
     ChatResponse,
     Message,
     ToolCall,
@@ -98,15 +99,9 @@ class ScriptedChatClient:
     def model(self) -> str:
         return self._model
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
-        self.requests.append((list(messages), list(tools)))
-        problem = check_history(messages)
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        self.requests.append((list(request.messages), list(request.tools)))
+        problem = check_history(request.messages)
         if problem:
             raise ModelError(
                 f"the scripted model refused the request, as an OpenAI server would: {problem}",
@@ -122,7 +117,7 @@ class ScriptedChatClient:
         item = self._script[len(self.requests) - 1]
         if isinstance(item, BaseException):
             raise item
-        return _streamed(item, on_delta)
+        return _streamed(item, request.on_delta)
 
     async def aclose(self) -> None:
         self.closed = True
@@ -139,14 +134,9 @@ class FunctionChatClient:
     def model(self) -> str:
         return self._model
 
-    async def chat(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        on_delta: DeltaSink | None = None,
-    ) -> ChatResponse:
-        return _streamed(await self._responder(messages, tools), on_delta)
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        response = await self._responder(request.messages, request.tools)
+        return _streamed(response, request.on_delta)
 
     async def aclose(self) -> None:
         return None
