@@ -25,6 +25,15 @@ import httpx
 
 
 def _read_file(workspace: Path, path: str, **_: Any) -> str:
+    """The file with its lines numbered as fabric's read_file numbers them (``  1| text``):
+    the same text goes back to the model on both sides, so the request bytes compare what the
+    runner adds, not the tool's output format (``plain_read_file``: the file as it is)."""
+    lines = (workspace / path).read_text("utf-8").splitlines()
+    width = max(len(str(len(lines))), 3)
+    return "".join(f"{n:>{width}}| {line}\n" for n, line in enumerate(lines, 1))
+
+
+def plain_read_file(workspace: Path, path: str, **_: Any) -> str:
     return (workspace / path).read_text("utf-8")
 
 

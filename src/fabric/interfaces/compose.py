@@ -7,10 +7,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric.application.ports import RunObserver, TaskStore
-from fabric.application.tasks import LocalExecutor, TaskService
 from fabric.config.loader import LoadedConfig
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.secrets import Secrets
@@ -19,6 +18,9 @@ from fabric.infrastructure.sandbox import command_runner
 from fabric.interfaces.model_resolver import ChatFactory
 from fabric.interfaces.run_setup import CommandFactory
 from fabric.interfaces.runner import Runner
+
+if TYPE_CHECKING:  # the task service (and structlog) load only for fabric serve
+    from fabric.application.tasks import TaskService
 
 __all__ = [
     "Runner",
@@ -76,6 +78,8 @@ def build_service(
     SQLite at ``serve.database``); ``clock`` stamps them and the runlogs. The service's
     ``token`` is a secret like the API keys; tasks' file tools may not read the config the
     server runs with."""
+    from fabric.application.tasks import LocalExecutor, TaskService
+
     settings = loaded.config.serve
     config = Path(loaded.source)
     runner = build_runner(

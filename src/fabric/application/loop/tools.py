@@ -11,7 +11,7 @@ from typing import Any
 
 from fabric.application.pack import FINISH_TOOL
 from fabric.application.verify import ToolUse
-from fabric.config.prompts import REPEATED
+from fabric.config.prompts import REPEATED, REPEATED_AGAIN
 from fabric.domain.errors import ToolError
 from fabric.domain.models import Message, ToolCall
 
@@ -84,11 +84,16 @@ class ToolSteps(Finishing):
 
     def _repeated(self, name: str, arguments: Mapping[str, Any], output: str) -> str:
         """A note for the model when it makes the call it just made and gets the same result:
-        small models loop on one failing edit until the steps run out."""
+        small models loop on one failing edit until the steps run out. The full note on the
+        first repeat, a short reminder when the streak reaches 4, 8, 16, ... calls."""
         key = (name, json.dumps(arguments, sort_keys=True, default=str), output)
-        self._repeats = self._repeats + 1 if key == self._last_call else 1
+        self._repeats = times = self._repeats + 1 if key == self._last_call else 1
         self._last_call = key
-        return REPEATED.format(times=self._repeats) if self._repeats > 1 else ""
+        if times == 2:
+            return REPEATED.format(times=times)
+        if times > 2 and times & (times - 1) == 0:
+            return REPEATED_AGAIN.format(times=times)
+        return ""
 
     async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         tool = self.tools.get(name)

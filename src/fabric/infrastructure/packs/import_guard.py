@@ -20,11 +20,8 @@ import os
 import site
 import sys
 from collections.abc import Iterable, Sequence
-from importlib.abc import PathEntryFinder
 from importlib.machinery import FileFinder, ModuleSpec, SourceFileLoader
 from types import CodeType
-
-from .run_ledger import REFUSAL_HINT, refusal, written_during_a_run
 
 ALWAYS = frozenset({"fabric", "packs"})
 """Top-level names open folders may always provide: fabric itself (an editable install) and
@@ -50,9 +47,11 @@ class SourceOnlyLoader(SourceFileLoader):
         return compile(self.get_data(path), path, "exec", dont_inherit=True)
 
 
-class GuardedFinder(PathEntryFinder):
+class GuardedFinder:
     """The finder for one open folder (``top``: only allowed top-level names) or a package
-    folder inside one: only from source, never a file a run may have written."""
+    folder inside one: only from source, never a file a run may have written. A path entry
+    finder by its methods (``find_spec``, ``invalidate_caches``): importing ``importlib.abc``
+    to subclass one would cost every start ~20 ms."""
 
     def __init__(self, folder: str, *, top: bool = True) -> None:
         self.folder, self.top = folder, top
@@ -72,6 +71,8 @@ class GuardedFinder(PathEntryFinder):
             )
         spec = self._files.find_spec(fullname)
         origin = spec.origin if spec is not None and spec.has_location else None
+        from .run_ledger import REFUSAL_HINT, refusal, written_during_a_run  # when found only
+
         window = written_during_a_run(origin) if origin else None
         if origin and window is not None:
             raise ImportError(f"{refusal(origin, window)}; {REFUSAL_HINT}", name=fullname)
@@ -99,7 +100,7 @@ def is_open(entry: str, roots: Sequence[str] | None = None) -> bool:
     return not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots or [])
 
 
-def _hook(entry: str) -> PathEntryFinder:
+def _hook(entry: str) -> GuardedFinder:
     folder = os.path.realpath(entry or os.getcwd())
     if entry in _open or folder in _open:
         return GuardedFinder(folder)

@@ -17,7 +17,7 @@ import typer
 from fabric.domain.errors import ConfigError
 
 from .options import ConfigOpt
-from .startup import fail, load
+from .startup import fail, load, settle
 
 if TYPE_CHECKING:
     from fabric.config.loader import LoadedConfig
@@ -170,6 +170,7 @@ def _run(prepared: Prepared, loaded: LoadedConfig) -> EvalReport | None:
 
     with progress:
         try:
+            settle()
             return asyncio.run(main())
         except (asyncio.CancelledError, KeyboardInterrupt):  # a second Ctrl-C
             return None

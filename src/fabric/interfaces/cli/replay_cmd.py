@@ -12,7 +12,7 @@ import typer
 
 from fabric.config.loader import LoadedConfig
 
-from .startup import say
+from .startup import say, settle
 
 if TYPE_CHECKING:
     from fabric.application.replay import ReplayReport
@@ -34,6 +34,7 @@ def run_replay(loaded: LoadedConfig, path: Path, *, live: bool, as_json: bool) -
         finally:
             await runner.aclose()
 
+    settle()
     report = asyncio.run(go())
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2, ensure_ascii=False))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from .options import BackendOpt, ConfigOpt, JsonOpt, YesOpt
-from .startup import fail, load, read_run, say
+from .startup import fail, load, read_run, say, settle
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -120,6 +120,7 @@ def _drive(
         finally:
             await runner.aclose()
 
+    settle()
     try:
         result = asyncio.run(go())
     except ConfigError as exc:

@@ -19,6 +19,7 @@ from fabric.application.tasks import TaskService
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
+from fabric.interfaces.cli.startup import settle
 
 
 def configure_logging(secrets: Secrets) -> None:
@@ -79,6 +80,7 @@ def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> 
     )
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
     try:
+        settle()
         _Server(config, app.state.service, settings.shutdown_grace).run()
     finally:
         lock.close()

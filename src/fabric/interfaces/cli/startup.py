@@ -21,6 +21,20 @@ if TYPE_CHECKING:
     from fabric.domain.secrets import Secrets
 
 
+def settle() -> None:
+    """Start-up is over, the work begins: what start-up built is kept out of the cyclic
+    collector's scans for good (``gc.freeze``), which collects as usual again (``fabric``
+    raised its threshold while it started, ``__main__.py``)."""
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(*_GC_DEFAULTS)
+
+
+_GC_DEFAULTS = (700, 10, 10)
+"""Python's own thresholds."""
+
+
 def redact_output(secrets: Secrets) -> None:
     """From now on, stdout and stderr (this module's lines, those of the modules it calls,
     logs) go out through a ``RedactingStream`` with ``secrets``."""
