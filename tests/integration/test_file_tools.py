@@ -474,6 +474,29 @@ def test_whole_workspace_listing_and_search_never_show_outside_content(
     assert SECRET not in found
 
 
+def test_each_call_finds_the_workspace_where_it_is_now(ctx: ToolContext, workspace: Path) -> None:
+    """The workspace is opened afresh for each tool call, by its path: a workspace folder
+    renamed and replaced mid-run is not written through, and where the folders around it are
+    renamed, paths are still told relative to it."""
+    (workspace / "a.txt").write_text("first\n")
+    assert read(ctx, "a.txt") == "  1| first\n"
+    moved = workspace.with_name("moved")
+    workspace.rename(moved)
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("second\n")
+    assert read(ctx, "a.txt") == "  1| second\n"
+    assert write_file(ctx, "b.txt", "new") == "wrote 3 bytes to b.txt"
+    assert (workspace / "b.txt").exists() and not (moved / "b.txt").exists()
+    # a folder above the workspace renamed, with a symlink where it was
+    parent = workspace.parent
+    renamed = parent.with_name(parent.name + "-renamed")
+    parent.rename(renamed)
+    parent.symlink_to(renamed)
+    assert read(ctx, str(workspace / "a.txt")).endswith("  1| second\n")
+    assert list_files(ctx) == "a.txt\nb.txt"
+    assert write_file(ctx, "c/d.txt", "x") == "wrote 1 bytes to c/d.txt"
+
+
 def test_symlink_loops_are_errors_not_crashes(ctx: ToolContext, workspace: Path) -> None:
     (workspace / "loop").symlink_to("loop")
     (workspace / "a").symlink_to("b")
