@@ -14,7 +14,7 @@ import pytest
 from fabric.application.context import ToolContext
 from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import SandboxError, ToolError
-from fabric.infrastructure.tools import beneath
+from fabric.infrastructure.tools import beneath, files
 from fabric.infrastructure.tools.files import list_files, read_file, search_files, write_file
 from fabric.infrastructure.tools.library import library_tools
 
@@ -122,6 +122,39 @@ def test_read_file_cuts_an_enormous_line(ctx: ToolContext, workspace: Path) -> N
     assert len(text) < 600_000
     assert "line 1 is longer than" in text
     assert "start_line=2" in text
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"\n",
+        b"one line, no end",
+        b"a\r\nb\rc\n\rd\r\n",  # \r\n and a lone \r are line ends, as the text file reads them
+        b"\xef\xbb\xbfbom\n\xff\xfe bad utf-8 \xe2\x82\n\f form feed\x1c\xe2\x80\xa8 kept\n",
+        b"x\n" * 120 + b"last, no end",
+        "Gr\u00fc\u00dfe \u65e5\u672c\n".encode() * 30,
+    ],
+)
+def test_read_file_reads_a_small_file_at_once_as_line_by_line(
+    ctx: ToolContext, workspace: Path, monkeypatch: pytest.MonkeyPatch, content: bytes
+) -> None:
+    """A small file is read in one go; what it shows is what the line-by-line loop shows."""
+    (workspace / "f.txt").write_bytes(content)
+    windows = [{}, {"start_line": 2}, {"start_line": 41, "max_lines": 1}, {"start_line": 200}]
+
+    def answers() -> list[str]:
+        shown = []
+        for options in windows:
+            try:
+                shown.append(read(ctx, "f.txt", **options))
+            except ToolError as exc:
+                shown.append(f"error: {exc}")
+        return shown
+
+    at_once = answers()
+    monkeypatch.setattr(files, "_WHOLE_READ_BYTES", -1)
+    assert at_once == answers()
 
 
 def test_read_file_refuses_binary_folders_and_missing_files(
@@ -439,6 +472,29 @@ def test_whole_workspace_listing_and_search_never_show_outside_content(
     found = search_files(ctx, "SECRET")
     assert found == "mine.txt:1: SECRET is a word here too"
     assert SECRET not in found
+
+
+def test_each_call_finds_the_workspace_where_it_is_now(ctx: ToolContext, workspace: Path) -> None:
+    """The workspace is opened afresh for each tool call, by its path: a workspace folder
+    renamed and replaced mid-run is not written through, and where the folders around it are
+    renamed, paths are still told relative to it."""
+    (workspace / "a.txt").write_text("first\n")
+    assert read(ctx, "a.txt") == "  1| first\n"
+    moved = workspace.with_name("moved")
+    workspace.rename(moved)
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("second\n")
+    assert read(ctx, "a.txt") == "  1| second\n"
+    assert write_file(ctx, "b.txt", "new") == "wrote 3 bytes to b.txt"
+    assert (workspace / "b.txt").exists() and not (moved / "b.txt").exists()
+    # a folder above the workspace renamed, with a symlink where it was
+    parent = workspace.parent
+    renamed = parent.with_name(parent.name + "-renamed")
+    parent.rename(renamed)
+    parent.symlink_to(renamed)
+    assert read(ctx, str(workspace / "a.txt")).endswith("  1| second\n")
+    assert list_files(ctx) == "a.txt\nb.txt"
+    assert write_file(ctx, "c/d.txt", "x") == "wrote 1 bytes to c/d.txt"
 
 
 def test_symlink_loops_are_errors_not_crashes(ctx: ToolContext, workspace: Path) -> None:

@@ -131,6 +131,36 @@ def test_bound_parameters_are_hidden_and_passed(ctx: ToolContext) -> None:
         call(tool, ctx, url="http://x", web={"max_bytes": 1})  # the model cannot override it
 
 
+def test_tools_made_from_one_function_share_nothing_they_could_change(ctx: ToolContext) -> None:
+    """A function's shape is read once and kept; each tool still gets its own bound values,
+    its own name and its own copy of the schema."""
+    seen: list[WebSettings] = []
+
+    def fetch(ctx: ToolContext, url: str, web: WebSettings | None = None) -> str:
+        """Fetch a page.
+
+        Args:
+            url: Where.
+            web: Settings (bound by the pack).
+        """
+        seen.append(web or WebSettings())
+        return url
+
+    first, second = WebSettings(max_bytes=4096), WebSettings(max_bytes=8192)
+    one = FunctionTool(fetch, bind={"web": first})
+    two = FunctionTool(fetch, bind={"web": second})
+    free = FunctionTool(fetch, name="fetch_any")
+    assert one.spec == two.spec and list(one.spec.parameters["properties"]) == ["url"]
+    assert list(free.spec.parameters["properties"]) == ["url", "web"]
+    assert free.spec.name == "fetch_any"
+    one.spec.parameters["properties"]["url"]["description"] = "changed"
+    assert two.spec.parameters["properties"]["url"]["description"] == "Where."
+    assert FunctionTool(fetch).spec.parameters["properties"]["url"]["description"] == "Where."
+    call(one, ctx, url="a")
+    call(two, ctx, url="b")
+    assert seen == [first, second]
+
+
 def test_parameters_named_like_pydantic_attributes_work(ctx: ToolContext) -> None:
     """``schema``, ``json``, ``copy`` and ``model_*`` are fine names for tool parameters."""
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fabric.application.pack import FINISH_TOOL, Pack
+from fabric.application.pack import FINISH_TOOL, Pack, finish_schema_problem
 from fabric.infrastructure.tools.function_tool import FunctionTool
 
 
@@ -57,3 +57,17 @@ def test_a_finish_schema_that_can_never_be_met_is_refused(
 )
 def test_object_schemas_are_accepted(schema: dict[str, Any]) -> None:
     assert Pack("p", "d", "s", [], schema).finish_schema == schema
+
+
+def test_a_finish_schema_is_judged_the_same_every_time() -> None:
+    """The verdict on a schema is kept by its JSON text: asked again, for the same schema or an
+    equal one, it is the same; a changed schema is judged anew."""
+    schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
+    for _ in range(3):
+        assert finish_schema_problem(schema) is None
+        assert finish_schema_problem({**schema}) is None
+    schema["properties"]["a"]["type"] = 5
+    for _ in range(3):
+        assert "not a valid JSON Schema" in (finish_schema_problem(schema) or "")
+    odd = {"type": "object", "properties": {"a": {"default": float("nan")}}}
+    assert finish_schema_problem(odd) is None  # no JSON text: checked, not kept

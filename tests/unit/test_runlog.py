@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from support import assert_valid_runlog, kinds, read_events
 
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Job, Kit
+from fabric.domain.clock import iso_z
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunStatus
 from fabric.infrastructure.llm.openai_compat import OpenAIChatClient
@@ -26,6 +27,7 @@ from fabric.infrastructure.runlog import (
     new_run_id,
     schema_path,
 )
+from fabric.infrastructure.runlog.writer import _timestamp, strict_json
 from fabric.infrastructure.sandbox import command_runner
 from fabric.testing import MockOpenAIServer, completion
 from packs.engineering import EngineeringSettings, build
@@ -119,6 +121,33 @@ def test_numbers_json_cannot_hold_are_written_as_text_not_nan(tmp_path: Path) ->
     memory = MemoryRunLog("m")
     memory.emit("run_started", data)
     assert memory.events[0]["limits"] == strict["limits"]
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"ensure_ascii": False, "separators": (",", ":")}, {"indent": 2}]
+)
+def test_strict_json_writes_what_the_json_module_writes(options: dict[str, Any]) -> None:
+    """The encoder made once per options writes each line as ``json.dumps`` would."""
+    value = {"a": [1, 2.5, None, True, {"é": "日本\n\u2028\ud800"}], "w": Path("/w"), "n": -0.0}
+    expected = json.dumps(value, allow_nan=False, default=str, **options)
+    assert strict_json(value, **options) == expected
+    assert strict_json([value, "x"], **options) == json.dumps(
+        [value, "x"], allow_nan=False, default=str, **options
+    )
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(2026, 11, 22, 3, 15, 0, 0, tzinfo=UTC),
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2026, 1, 2, 3, 4, 5, 6),
+    ],
+)
+def test_line_timestamps_are_iso_z_to_the_microsecond(moment: datetime) -> None:
+    assert _timestamp(moment) == iso_z(moment, "microseconds")
 
 
 def test_a_lone_surrogate_stays_valid_utf8_and_round_trips(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,24 @@ FinishCheck = Callable[[Mapping[str, Any]], list[str]]
 
 def finish_schema_problem(schema: Mapping[str, Any]) -> str | None:
     """What is wrong with a finish schema, or None: it must be valid JSON Schema (2020-12)
-    describing an object, since tool arguments are always a JSON object."""
+    describing an object, since tool arguments are always a JSON object. The answer is kept
+    per schema (by its JSON text): a pack is checked on every load, each run and replay,
+    and twice or three times a load; the check costs about a millisecond."""
+    try:
+        key = json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError):  # no JSON text to know it by: check it each time
+        return _schema_problem(schema)
+    if key not in _SCHEMA_PROBLEMS:
+        if len(_SCHEMA_PROBLEMS) >= 64:
+            _SCHEMA_PROBLEMS.clear()
+        _SCHEMA_PROBLEMS[key] = _schema_problem(schema)
+    return _SCHEMA_PROBLEMS[key]
+
+
+_SCHEMA_PROBLEMS: dict[str, str | None] = {}
+
+
+def _schema_problem(schema: Mapping[str, Any]) -> str | None:
     from jsonschema import Draft202012Validator, SchemaError  # ~50 ms: only when needed
 
     try:

@@ -151,12 +151,15 @@ def _check_policy_tools(
 
 def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[..., Any]:
     """Import ``module:callable`` with the config's folder first on the import path."""
-    where = f"{loaded.where('packs', name, 'builder')}: packs.{name}.builder"
+
+    def where() -> str:  # only for an error: finding the line parses the whole file again
+        return f"{loaded.where('packs', name, 'builder')}: packs.{name}.builder"
+
     target = BUILTIN_BUILDERS.get(path, path)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise PackError(
-            f"{where}: {path!r} is neither 'module:callable' nor a built-in builder",
+            f"{where()}: {path!r} is neither 'module:callable' nor a built-in builder",
             hint=f"built-in builders: {', '.join(BUILTIN_BUILDERS)}; "
             "or e.g. 'packs.mine:build' for packs/mine.py beside fabric.yaml",
         )
@@ -178,7 +181,7 @@ def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[...,
                 "so the folders merge"
             )
         raise PackError(
-            f"{where}: cannot import {module_name!r}: {type(exc).__name__}: {exc}", hint=hint
+            f"{where()}: cannot import {module_name!r}: {type(exc).__name__}: {exc}", hint=hint
         ) from exc
     builder = getattr(module, attr, None)
     if not callable(builder):
@@ -188,7 +191,7 @@ def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[...,
             if inspect.isfunction(v) and n[0] != "_" and v.__module__ == module.__name__
         ]
         raise PackError(
-            f"{where}: module {module_name!r} has no callable {attr!r}",
+            f"{where()}: module {module_name!r} has no callable {attr!r}",
             hint=f"callables there: {', '.join(found) or 'none'}",
         )
     return builder  # type: ignore[no-any-return]

@@ -20,6 +20,11 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from importlib import resources
 from importlib.abc import Traversable
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from pathlib import Path
 from typing import Any
 
@@ -91,17 +96,35 @@ def _unique(name: str, taken: Callable[[str], bool]) -> str:
 def strict_json(record: Mapping[str, Any], **options: Any) -> str:
     """Strict JSON (no NaN or Infinity, which most JSON readers refuse): such numbers, e.g.
     from a tool argument like ``1e999``, are written as text."""
-    encoder = _encoder(**options)
+    encode = _encoder(**options)
     try:
-        return encoder.encode(record)
+        return encode(record)
     except ValueError:
-        return encoder.encode(_finite(record))
+        return encode(_finite(record))
 
 
 @functools.lru_cache(maxsize=8)
-def _encoder(**options: Any) -> json.JSONEncoder:
-    """One encoder per set of options (``json.dumps`` with options builds one every call)."""
-    return json.JSONEncoder(allow_nan=False, default=str, **options)
+def _encoder(**options: Any) -> Callable[[Any], str]:
+    """One encoding function per set of options (``json.dumps`` with options builds an
+    encoder every call). For a compact or default line, the C encoder is made once and called
+    straight, as ``JSONEncoder.encode`` would call it but without making it again on every
+    line; with no circular-reference check, which only changes the error a circular value
+    gets (``_finite`` then recursed without end anyway)."""
+    encoder = json.JSONEncoder(allow_nan=False, default=str, **options)
+    if c_make_encoder is None or set(options) - {"ensure_ascii", "separators"}:
+        return encoder.encode
+    make = c_make_encoder(
+        None,
+        str,
+        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        False,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+    return lambda value: "".join(make(value, 0))
 
 
 def _finite(value: Any) -> Any:
@@ -112,6 +135,22 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def _timestamp(moment: datetime) -> str:
+    """``iso_z(moment, "microseconds")``, the same text at about half the cost for a UTC
+    moment (the clock's): one line of the runlog each."""
+    if moment.tzinfo is not UTC:
+        return iso_z(moment, "microseconds")
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031 (the fastest here)
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond,
+    )
 
 
 class _Envelope:
@@ -132,7 +171,7 @@ class _Envelope:
         envelope = {
             "v": FORMAT_VERSION,
             "seq": self._seq,
-            "ts": iso_z(self._clock(), "microseconds"),
+            "ts": _timestamp(self._clock()),
             "run_id": self.run_id,
             "kind": kind,
         }

@@ -25,7 +25,6 @@ import os
 import platform
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
 _OPENAT2 = 437  # the same number on x86_64 and arm64
 _RESOLVE_NO_MAGICLINKS, _RESOLVE_BENEATH = 0x02, 0x08
@@ -190,5 +189,7 @@ def _beneath_root(root_fd: int, target: str, rel: str) -> str:
 
 
 def real_path(fd: int) -> str:
-    """Where the file or folder open as ``fd`` is now, symlinks resolved (from /proc)."""
-    return str(Path(f"/proc/self/fd/{fd}").readlink())
+    """Where the file or folder open as ``fd`` is now, symlinks resolved (from /proc). The
+    kernel gives it normalised already; ``os.readlink`` costs a tenth of ``Path.readlink``,
+    and every file tool call asks several times."""
+    return os.readlink(f"/proc/self/fd/{fd}")  # noqa: PTH115

@@ -18,10 +18,13 @@ receives the run's context and is not shown to the model. A parameter annotated
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -71,6 +74,19 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), args
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What ``FunctionTool`` reads from a function: the same for every tool made from it."""
+
+    wants_ctx: bool
+    ctx_name: str | None
+    bound: tuple[str, ...]
+    """Parameters the pack sets (``bind``)."""
+    names: dict[str, str]
+    params: type[BaseModel]
+    spec: ToolSpec
+
+
 class FunctionTool:
     """A ``Tool`` made from a typed function (sync or async)."""
 
@@ -82,60 +98,18 @@ class FunctionTool:
         self._fn = fn
         self._inline = bool(getattr(fn, _INLINE, False))
         self._is_async = inspect.iscoroutinefunction(fn)
-        description, arg_docs = parse_docstring(fn.__doc__)
+        bound = frozenset(bind or ())
         try:
-            hints = get_type_hints(fn, include_extras=True)
-        except NameError as exc:
-            raise TypeError(
-                f"tool {getattr(fn, '__name__', fn)}: cannot resolve its type hints ({exc}); "
-                "define the types it uses at module level"
-            ) from None
-        fields: dict[str, Any] = {}
-        self._wants_ctx = False
-        self._ctx_name: str | None = None
-        self._bound: dict[str, Any] = {}
-        self._names: dict[str, str] = {}
-        for index, param in enumerate(inspect.signature(fn).parameters.values()):
-            annotation = hints.get(param.name, Any)
-            if annotation is ToolContext:
-                if index == 0:
-                    self._wants_ctx = True
-                elif param.kind is param.POSITIONAL_ONLY:
-                    raise TypeError(f"tool {fn.__name__}: a ToolContext parameter must be first")
-                else:
-                    self._ctx_name = param.name
-                continue
-            if bind and param.name in bind:
-                self._bound[param.name] = bind[param.name]
-                continue
-            if _is_pack_setting(annotation):
-                if param.default is param.empty:
-                    raise TypeError(
-                        f"tool {fn.__name__}: pack setting {param.name} needs a default"
-                    )
-                continue
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise TypeError(f"tool {fn.__name__}: *args/**kwargs cannot be described")
-            if param.kind is param.POSITIONAL_ONLY:
-                raise TypeError(f"tool {fn.__name__}: positional-only parameters cannot be set")
-            default = ... if param.default is param.empty else param.default
-            # Fields get neutral names and the parameter name as alias, so a parameter may be
-            # called anything (``schema``, ``json``, ``model_name``) without clashing with
-            # pydantic's own attributes.
-            field_name = f"p{len(fields)}"
-            self._names[field_name] = param.name
-            fields[field_name] = (
-                annotation,
-                Field(default, alias=param.name, description=arg_docs.get(param.name) or None),
-            )
-        tool_name = name or fn.__name__
-        self._params: type[BaseModel] = create_model(
-            f"{tool_name}_arguments",
-            __config__=ConfigDict(extra="forbid"),
-            **fields,
-        )
-        schema = json_schema_of(self._params)
-        self._spec = ToolSpec(tool_name, description or tool_name, schema)
+            hash(fn)
+        except TypeError:
+            shape = _shape_of(fn, name, bound)
+        else:
+            shape = _cached_shape(fn, name, bound)
+        self._wants_ctx, self._ctx_name = shape.wants_ctx, shape.ctx_name
+        self._names, self._params = shape.names, shape.params
+        self._bound: dict[str, Any] = {n: bind[n] for n in shape.bound} if bind else {}
+        spec = shape.spec  # each tool its own schema: a caller may change its copy
+        self._spec = ToolSpec(spec.name, spec.description, copy.deepcopy(spec.parameters))
 
     @property
     def spec(self) -> ToolSpec:
@@ -170,6 +144,67 @@ class FunctionTool:
         if isinstance(result, str):
             return result
         return json.dumps(to_jsonable_python(result, fallback=str), ensure_ascii=False)
+
+
+def _shape_of(fn: ToolFunction, name: str | None, bound: frozenset[Any]) -> _Shape:
+    """Read ``fn``'s signature and docstring; build its arguments model and JSON Schema."""
+    description, arg_docs = parse_docstring(fn.__doc__)
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+    except NameError as exc:
+        raise TypeError(
+            f"tool {getattr(fn, '__name__', fn)}: cannot resolve its type hints ({exc}); "
+            "define the types it uses at module level"
+        ) from None
+    fields: dict[str, Any] = {}
+    wants_ctx = False
+    ctx_name: str | None = None
+    bound_here: list[str] = []
+    names: dict[str, str] = {}
+    for index, param in enumerate(inspect.signature(fn).parameters.values()):
+        annotation = hints.get(param.name, Any)
+        if annotation is ToolContext:
+            if index == 0:
+                wants_ctx = True
+            elif param.kind is param.POSITIONAL_ONLY:
+                raise TypeError(f"tool {fn.__name__}: a ToolContext parameter must be first")
+            else:
+                ctx_name = param.name
+            continue
+        if param.name in bound:
+            bound_here.append(param.name)
+            continue
+        if _is_pack_setting(annotation):
+            if param.default is param.empty:
+                raise TypeError(f"tool {fn.__name__}: pack setting {param.name} needs a default")
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {fn.__name__}: *args/**kwargs cannot be described")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise TypeError(f"tool {fn.__name__}: positional-only parameters cannot be set")
+        default = ... if param.default is param.empty else param.default
+        # Fields get neutral names and the parameter name as alias, so a parameter may be
+        # called anything (``schema``, ``json``, ``model_name``) without clashing with
+        # pydantic's own attributes.
+        field_name = f"p{len(fields)}"
+        names[field_name] = param.name
+        fields[field_name] = (
+            annotation,
+            Field(default, alias=param.name, description=arg_docs.get(param.name) or None),
+        )
+    tool_name = name or fn.__name__
+    params: type[BaseModel] = create_model(
+        f"{tool_name}_arguments",
+        __config__=ConfigDict(extra="forbid"),
+        **fields,
+    )
+    spec = ToolSpec(tool_name, description or tool_name, json_schema_of(params))
+    return _Shape(wants_ctx, ctx_name, tuple(bound_here), names, params, spec)
+
+
+_cached_shape = functools.lru_cache(maxsize=256)(_shape_of)
+"""A function's shape, read once: a pack is built for every run and replay, and building a
+pydantic model and its JSON Schema costs about a millisecond a tool."""
 
 
 def _is_pack_setting(annotation: Any) -> bool:
