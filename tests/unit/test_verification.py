@@ -609,6 +609,26 @@ def test_the_same_call_with_the_same_result_gets_a_note(workspace: Path) -> None
     assert outputs[5] == "noted: y"
 
 
+def test_a_run_of_repeated_calls_replays_and_resumes_as_it_ran(workspace: Path) -> None:
+    """The recorded outputs carry their notes, some do not: counted without them, a replay
+    and a resume give each call the note it got then, and no second one."""
+    same = tool_call("note", text="x")
+    _result, log, _ = run(pack(), [same] * 7 + [finish()], workspace)
+    replayed(log, workspace)
+    cut = [e for e in log.events if e["kind"] != "run_finished"]
+    resumed = MemoryRunLog("r1")
+    result = asyncio.run(
+        resume_task(
+            plan_resume(cut),
+            pack=pack(),
+            workspace=workspace,
+            kit=Kit(ScriptedChatClient([finish()]), resumed),
+        )
+    )
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert "run_resumed" in kinds(resumed.events)
+
+
 # --- the pack's look at the workspace before the first step ---------------------------------
 
 

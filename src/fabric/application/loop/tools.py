@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -17,6 +18,11 @@ from fabric.domain.models import Message, ToolCall
 
 from .finish import Finishing
 from .state import Stop, clip, describe, ms_since
+
+_NOTE = re.compile(
+    r"\n\[fabric: (?:you made this same call|the same call and result) \d+ times in a row[^\]]*\]\Z"
+)
+"""The repeat note (``REPEATED``, ``REPEATED_AGAIN``) at the end of an output."""
 
 
 class ToolSteps(Finishing):
@@ -86,9 +92,15 @@ class ToolSteps(Finishing):
         """A note for the model when it makes the call it just made and gets the same result:
         small models loop on one failing edit until the steps run out. The full note on the
         first repeat, a short reminder when the streak reaches 4, 8, 16, ... calls."""
-        key = (name, json.dumps(arguments, sort_keys=True, default=str), output)
+        # A replayed or resumed step's recorded output carries the note it got then: counted
+        # without it, and not given a second one.
+        noted = _NOTE.search(output)
+        base = output[: noted.start()] if noted else output
+        key = (name, json.dumps(arguments, sort_keys=True, default=str), base)
         self._repeats = times = self._repeats + 1 if key == self._last_call else 1
         self._last_call = key
+        if noted:
+            return ""
         if times == 2:
             return REPEATED.format(times=times)
         if times > 2 and times & (times - 1) == 0:
