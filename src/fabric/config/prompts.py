@@ -15,9 +15,6 @@ REPEATED = (
     "time. Repeating it will not help: read the file again, try a different change, or run "
     "the tests to see what is wrong.]"
 )
-REPEATED_AGAIN = "\n[fabric: the same call and result {times} times in a row]"
-"""The reminder on later repeats (the 4th, 8th, 16th, ...): the full note is in the history
-already, and every note is sent again with each later request."""
 
 VERIFY_FAILED = (
     "finish_task was not accepted: the work did not pass verification.\n"

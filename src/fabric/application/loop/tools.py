@@ -12,17 +12,15 @@ from typing import Any
 
 from fabric.application.pack import FINISH_TOOL
 from fabric.application.verify import ToolUse
-from fabric.config.prompts import REPEATED, REPEATED_AGAIN
+from fabric.config.prompts import REPEATED
 from fabric.domain.errors import ToolError
 from fabric.domain.models import Message, ToolCall
 
 from .finish import Finishing
 from .state import Stop, clip, describe, ms_since
 
-_NOTE = re.compile(
-    r"\n\[fabric: (?:you made this same call|the same call and result) \d+ times in a row[^\]]*\]\Z"
-)
-"""The repeat note (``REPEATED``, ``REPEATED_AGAIN``) at the end of an output."""
+_NOTE = re.compile(r"\n\[fabric: you made this same call \d+ times in a row[^\]]*\]\Z")
+"""The repeat note (``REPEATED``) at the end of an output."""
 
 
 class ToolSteps(Finishing):
@@ -90,22 +88,18 @@ class ToolSteps(Finishing):
 
     def _repeated(self, name: str, arguments: Mapping[str, Any], output: str) -> str:
         """A note for the model when it makes the call it just made and gets the same result:
-        small models loop on one failing edit until the steps run out. The full note on the
-        first repeat, a short reminder when the streak reaches 4, 8, 16, ... calls."""
-        # A replayed or resumed step's recorded output carries the note it got then: counted
-        # without it, and not given a second one.
+        small models loop on one failing edit until the steps run out. Every repeat gets it:
+        with it only on some, the embedded model rewrote one file 29 times in a row. A
+        replayed or resumed step's recorded output carries the note it got then: counted
+        without it, and not given a second one."""
         noted = _NOTE.search(output)
         base = output[: noted.start()] if noted else output
         key = (name, json.dumps(arguments, sort_keys=True, default=str), base)
-        self._repeats = times = self._repeats + 1 if key == self._last_call else 1
+        self._repeats = self._repeats + 1 if key == self._last_call else 1
         self._last_call = key
-        if noted:
+        if noted or self._repeats < 2:
             return ""
-        if times == 2:
-            return REPEATED.format(times=times)
-        if times > 2 and times & (times - 1) == 0:
-            return REPEATED_AGAIN.format(times=times)
-        return ""
+        return REPEATED.format(times=self._repeats)
 
     async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         tool = self.tools.get(name)
