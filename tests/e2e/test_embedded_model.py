@@ -124,4 +124,4 @@ def test_fabric_run_with_the_embedded_model(tmp_path: Path) -> None:
         "completed_unconfirmed",
         "max_steps",
         "invalid_output",
-    }
+    }, events[-1]

@@ -175,6 +175,39 @@ def test_every_line_is_flushed_as_it_is_written(tmp_path: Path) -> None:
     log.close()
 
 
+def test_in_a_run_the_lines_are_on_disk_before_anything_waits(tmp_path: Path) -> None:
+    """Inside an event loop the lines written together go to the file together, as soon as
+    the loop gets control back: a reader woken by the last of them, or one looking while
+    the run waits on its model, finds them all."""
+    log = JsonlRunLog(tmp_path, "r1")
+    path = Path(log.location)
+
+    def lines() -> int:
+        return len(path.read_text(encoding="utf-8").splitlines())
+
+    async def step() -> list[int]:
+        log.emit("run_started", started_event())
+        log.emit("nudge", {"step": 1, "message": "m"})
+        woken = asyncio.Event()
+        seen: list[int] = []
+
+        async def reader() -> None:
+            await woken.wait()
+            seen.append(lines())
+
+        task = asyncio.ensure_future(reader())
+        await asyncio.sleep(0)
+        log.emit("nudge", {"step": 2, "message": "m"})
+        woken.set()  # as the service's event stream is woken by an observer
+        await task
+        await asyncio.sleep(0.01)  # "the model": the run waits
+        seen.append(lines())
+        return seen
+
+    assert asyncio.run(step()) == [3, 3]
+    log.close()
+
+
 def test_observers_see_each_event_as_written(tmp_path: Path) -> None:
     got: list[tuple[int, str]] = []
     log = JsonlRunLog(tmp_path, "r1", lambda e: got.append((e["seq"], e["kind"])))

@@ -605,6 +605,21 @@ def test_the_same_call_with_the_same_result_gets_a_note(workspace: Path) -> None
     assert outputs[3] == "noted: y"
 
 
+def test_only_the_newest_repeat_note_is_sent_again_and_the_runlog_keeps_each(
+    workspace: Path,
+) -> None:
+    same = tool_call("note", text="x")
+    _, log, chat = run(pack(), [same, same, same, tool_call("note", text="y"), finish()], workspace)
+    sent = [m["content"] for m in chat.requests[4][0] if m["role"] == "tool"]
+    assert sent[:3] == ["noted: x", "noted: x", sent[2]]  # the second's note is left out now
+    assert "same call 3 times in a row" in sent[2] and sent[3] == "noted: y"
+    at_step_3 = [m["content"] for m in chat.requests[2][0] if m["role"] == "tool"]
+    assert "same call 2 times in a row" in at_step_3[1]  # it went with its output once
+    outputs = [e["output"] for e in log.events if e["kind"] == "tool_result"]
+    assert "same call 2 times" in outputs[1] and "same call 3 times" in outputs[2]
+    replayed(log, workspace)
+
+
 def test_a_run_of_repeated_calls_replays_and_resumes_as_it_ran(workspace: Path) -> None:
     """The recorded outputs carry their notes, some do not: counted without them, a replay
     and a resume give each call the note it got then, and no second one."""

@@ -116,7 +116,7 @@ class Run(ToolSteps):
         task = self._chatting = asyncio.current_task()
         assert task is not None  # the loop runs in a task
         try:
-            request = ChatRequest(self.messages, self.tool_defs, self.on_delta)
+            request = ChatRequest(self._outgoing(), self.tool_defs, self.on_delta)
             response = await self.chat.chat(request)
         except asyncio.CancelledError:
             if not self._cut:

@@ -61,6 +61,12 @@ class RunState:
     _cut: bool = False
     _last_call: tuple[str, str, str] | None = None
     _repeats: int = 0
+    _scanned: int = 0
+    """How many messages ``_outgoing`` has looked at for repeat notes (the history only grows)."""
+    _noted: list[int] = field(default_factory=list)
+    """Where the messages with a repeat note are, oldest first."""
+    _plain: dict[int, Message] = field(default_factory=dict)
+    """The older noted messages without their note, as they are sent."""
 
     def __post_init__(self) -> None:
         self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}

@@ -19,8 +19,18 @@ from fabric.domain.models import Message, ToolCall
 from .finish import Finishing
 from .state import Stop, clip, describe, ms_since
 
-_NOTE = re.compile(r"\n\[fabric: you made this same call \d+ times in a row[^\]]*\]\Z")
+_NOTE_START = "\n[fabric: you made this same call "
+_NOTE = re.compile(re.escape(_NOTE_START) + r"\d+ times in a row[^\]]*\]\Z")
 """The repeat note (``REPEATED``) at the end of an output."""
+
+
+def _note_at(output: str) -> int:
+    """Where the repeat note at the end of ``output`` starts, or -1 (looked for from the end:
+    outputs can be long)."""
+    if not output.endswith("]"):
+        return -1
+    at = output.rfind(_NOTE_START)
+    return at if at >= 0 and _NOTE.match(output, at) else -1
 
 
 class ToolSteps(Finishing):
@@ -92,14 +102,40 @@ class ToolSteps(Finishing):
         with it only on some, the embedded model rewrote one file 29 times in a row. A
         replayed or resumed step's recorded output carries the note it got then: counted
         without it, and not given a second one."""
-        noted = _NOTE.search(output)
-        base = output[: noted.start()] if noted else output
+        noted = _note_at(output)
+        base = output[:noted] if noted >= 0 else output
         key = (name, json.dumps(arguments, sort_keys=True, default=str), base)
         self._repeats = self._repeats + 1 if key == self._last_call else 1
         self._last_call = key
-        if noted or self._repeats < 2:
+        if noted >= 0 or self._repeats < 2:
             return ""
         return REPEATED.format(times=self._repeats)
+
+    def _outgoing(self) -> list[Message]:
+        """The history as the model gets it: the repeat note only on the newest output that
+        has one. An older note says nothing the newest does not (its count is higher), and a
+        small model's context is short. A function of the history alone, so a resumed or
+        replayed run sends what the run sent; the runlog keeps each note where it was made."""
+        messages = self.messages
+        for at in range(self._scanned, len(messages)):
+            message = messages[at]
+            content = message.get("content")
+            if (
+                message.get("role") == "tool"
+                and isinstance(content, str)
+                and _note_at(content) >= 0
+            ):
+                self._noted.append(at)
+        self._scanned = len(messages)
+        if len(self._noted) < 2:
+            return messages
+        sent = list(messages)
+        for at in self._noted[:-1]:
+            if at not in self._plain:
+                content = messages[at]["content"]
+                self._plain[at] = {**messages[at], "content": content[: _note_at(content)]}
+            sent[at] = self._plain[at]
+        return sent
 
     async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
         tool = self.tools.get(name)

@@ -8,6 +8,7 @@ written under ``artifacts/`` beside the log and referenced by relative path.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import io
@@ -212,6 +213,7 @@ class JsonlRunLog(_Envelope):
         # A lone surrogate (a model can send one as a JSON escape) is written as the JSON
         # escape it came from, so the line stays valid UTF-8 and valid JSON.
         self._file = self.path.open("x", encoding="utf-8", errors="backslashreplace")
+        self._flushing = False
 
     @classmethod
     def reopen(
@@ -241,6 +243,7 @@ class JsonlRunLog(_Envelope):
         log._secrets = secrets or Secrets()
         ended = last.get("kind") == "run_finished"
         log._seq = int(last["seq"]) + (0 if ended else 1)
+        log._flushing = False
         log.dir = path.parent
         log.path = path
         keep = start if ended else complete
@@ -261,10 +264,30 @@ class JsonlRunLog(_Envelope):
         line = strict_json(record, ensure_ascii=False, separators=(",", ":"))
         safe = self._secrets.redact_json(line)  # the same line, unless a secret was in it
         self._file.write(safe + "\n")
-        self._file.flush()
+        self._flush_soon()
         # Observers (live progress, the service's event wake-up) see what the log holds,
         # once it holds it.
         self._notify(record if safe is line else json.loads(safe))
+
+    def _flush_soon(self) -> None:
+        """Flush now, or, in a running event loop, as soon as the loop gets control back: the
+        lines a step writes together (a reply, a tool call, its verdict, its result) reach the
+        file in one write, before anything waits on a model, a tool or a person, and before a
+        live reader this emit wakes reads the file (its wake-up is scheduled after this)."""
+        if self._flushing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._file.flush()
+            return
+        self._flushing = True
+        loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        if not self._file.closed:
+            self._file.flush()
 
     def save_artifact(self, name: str, content: str) -> str:
         folder = self.dir / "artifacts"
