@@ -8,15 +8,13 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, RunRequest
 from fabric.application.ports import RunObserver
-from fabric.application.replay import Recording, ReplayReport
 from fabric.application.resolve import Resolution
-from fabric.application.resume import plan_resume, resume_task
 from fabric.application.workspaces import check_workspace
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import Limits
@@ -38,6 +36,9 @@ from fabric.infrastructure.sandbox import command_runner
 from fabric.infrastructure.tools.search_check import search_problem
 from fabric.interfaces.model_resolver import ChatFactory, ModelResolver
 from fabric.interfaces.run_setup import CommandFactory, RunSetup
+
+if TYPE_CHECKING:  # a run needs neither: loaded when a replay or resume asks
+    from fabric.application.replay import Recording, ReplayReport
 
 
 @dataclass
@@ -176,6 +177,8 @@ class Runner:
         ``control.approver`` answers the policy's asks in the new steps (the redone ones get
         their recorded answers)."""
         control = self._control(control)
+        from fabric.application.resume import plan_resume, resume_task
+
         plan = plan_resume(events, max_steps)
         started = plan.started
         loaded_pack = self.pack_for(started)
