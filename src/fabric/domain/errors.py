@@ -43,6 +43,14 @@ class FabricError(Exception):
     def __str__(self) -> str:
         return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
 
+    def as_dict(self) -> dict[str, str]:
+        """The error as runlogs, task records and JSON output show it: code, message, and the
+        hint when there is one."""
+        out = {"code": self.code, "message": self.message}
+        if self.hint:
+            out["hint"] = self.hint
+        return out
+
     @property
     def code(self) -> str:
         """A short stable identifier, e.g. ``config_error``, for JSON output and runlogs."""

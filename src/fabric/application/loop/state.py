@@ -81,9 +81,7 @@ class RunState:
 
 def describe(exc: BaseException) -> dict[str, str]:
     if isinstance(exc, FabricError):
-        out = {"code": exc.code, "message": exc.message}
-        if exc.hint:
-            out["hint"] = exc.hint
+        out = exc.as_dict()
         status = getattr(exc, "status_code", None)
         if status is not None:
             out["status_code"] = str(status)

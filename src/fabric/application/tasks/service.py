@@ -234,7 +234,7 @@ class TaskService(Generic[R]):
             await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
             raise
         except FabricError as exc:
-            await self._finish(task_id, "failed", error=_error(exc))
+            await self._finish(task_id, "failed", error=exc.as_dict())
         except Exception as exc:  # a bug: the record must still end
             await self._finish(
                 task_id, "failed", error={"code": "internal_error", "message": repr(exc)}
@@ -300,13 +300,6 @@ def _used(started: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(backend, Mapping) and backend.get("name"):
         used["backend"] = str(backend["name"])
     return used
-
-
-def _error(exc: FabricError) -> dict[str, str]:
-    out = {"code": exc.code, "message": exc.message}
-    if exc.hint:
-        out["hint"] = exc.hint
-    return out
 
 
 class _Watch:
