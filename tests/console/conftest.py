@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from .fake_api import FakeApi, serve
+from .pages import MODELS, PACK
+
 CHROMIUM = os.environ.get("FABRIC_TEST_CHROMIUM", "/usr/bin/chromium")
 
 # Runs before any script of the page (a DevTools hook, which the page's CSP does not govern):
@@ -71,6 +74,7 @@ def tab(browser: Browser) -> Iterator[Callable[..., Tab]]:
     def open_tab(*, offline: bool = False, **options: Any) -> Tab:
         context = browser.new_context(offline=offline, **options)
         contexts.append(context)
+        context.set_default_timeout(10_000)
         context.add_init_script(_RECORD_VIOLATIONS)
         page = context.new_page()
         opened = Tab(page)
@@ -90,3 +94,18 @@ def tab(browser: Browser) -> Iterator[Callable[..., Tab]]:
     yield open_tab
     for context in contexts:
         context.close()
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApi]:
+    """The stand-in API on 127.0.0.1 (``fake_api``), with a pack and a models report."""
+    fake = FakeApi()
+    fake.packs = [PACK]
+    fake.models = MODELS
+    server = serve(fake)
+    try:
+        yield fake
+    finally:
+        fake.close()
+        server.shutdown()
+        server.server_close()

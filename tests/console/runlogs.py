@@ -230,3 +230,51 @@ def show_html(runlog: Path, out: Path) -> Path:
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == str(out)
     return out
+
+
+# Where each hostile text of hostile_run() must read on the timeline, whole: the selector of
+# the element that shows it.
+PLACES = {
+    "pack": ".item.started .pack",
+    "task": ".tl-summary .task dd",
+    "model": ".item.step .model",
+    "model output": ".model-text",
+    "warning": ".warning",
+    "file name": ".change-path",
+    "content": ".arg-value",
+    "rule": ".policy .rule",
+    "reason": ".policy",
+    "tool output": "pre.output",
+    "tool name": ".tool",
+    "raw arguments": ".args.raw .arg-value",
+    "tool error": ".error-message",
+    "tool hint": ".hint-text",
+    "retry error": ".retry .error-message",
+    "fallback": ".fallback .note-text",
+    "verification": ".check",
+    "evidence": ".evidence",
+    "removed line": ".d-del",
+    "added line": ".d-add",
+    "payload value": ".payload td.value",
+    "payload key": ".payload td.field",
+    "schema key": ".payload td.field",
+    "required key": ".payload td.field",
+    "run error": ".run-error .error-message",
+    "run hint": ".run-error .hint-text",
+}
+# Shown only once their <details> is opened.
+FOLDED = {"system prompt": ".item.started details", "request": ".item.step details",
+          "brief": ".item.brief details", "nudge": ".item.nudge details"}  # fmt: skip
+
+ELEMENTS_FROM_PAYLOADS = """() => {  // what a payload would have made of the page
+  const tags = 'img, svg, iframe, object, embed, frame, base, form';
+  const bad = [...document.querySelectorAll(tags)].filter(  // the console's own two forms
+    (el) => el.id !== 'login-form' && el.id !== 'new-task-form');
+  const handlers = [...document.querySelectorAll('*')].filter(
+    (el) => [...el.attributes].some((a) => a.name.toLowerCase().startsWith('on')));
+  const links = [...document.querySelectorAll('[href], [src], [action], [formaction]')].filter(
+    (el) => el.tagName !== 'LINK');
+  return {bad: bad.map((e) => e.outerHTML), handlers: handlers.map((e) => e.tagName),
+          links: links.map((e) => e.outerHTML),
+          scripts: [...document.scripts].map((s) => s.type)};
+}"""

@@ -8,51 +8,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .conftest import Tab
-from .runlogs import HOSTILE, HOSTILE_URL, hostile, hostile_run, show_html, write_runlog
-
-# Where each hostile text must read, whole (the selector of the element that shows it).
-PLACES = {
-    "pack": ".item.started .pack",
-    "task": ".tl-summary .task dd",
-    "model": ".item.step .model",
-    "model output": ".model-text",
-    "warning": ".warning",
-    "file name": ".change-path",
-    "content": ".arg-value",
-    "rule": ".policy .rule",
-    "reason": ".policy",
-    "tool output": "pre.output",
-    "tool name": ".tool",
-    "raw arguments": ".args.raw .arg-value",
-    "tool error": ".error-message",
-    "tool hint": ".hint-text",
-    "retry error": ".retry .error-message",
-    "fallback": ".fallback .note-text",
-    "verification": ".check",
-    "evidence": ".evidence",
-    "removed line": ".d-del",
-    "added line": ".d-add",
-    "payload value": ".payload td.value",
-    "payload key": ".payload td.field",
-    "schema key": ".payload td.field",
-    "required key": ".payload td.field",
-    "run error": ".run-error .error-message",
-    "run hint": ".run-error .hint-text",
-}
-# Shown only once their <details> is opened.
-FOLDED = {"system prompt": ".item.started details", "request": ".item.step details",
-          "brief": ".item.brief details", "nudge": ".item.nudge details"}  # fmt: skip
-
-_ELEMENTS_FROM_PAYLOADS = """() => {
-  const bad = [...document.querySelectorAll('img, svg, iframe, object, embed, frame, base, form')];
-  const handlers = [...document.querySelectorAll('*')].filter(
-    (el) => [...el.attributes].some((a) => a.name.toLowerCase().startsWith('on')));
-  const links = [...document.querySelectorAll('[href], [src], [action], [formaction]')].filter(
-    (el) => el.tagName !== 'LINK');
-  return {bad: bad.map((e) => e.outerHTML), handlers: handlers.map((e) => e.tagName),
-          links: links.map((e) => e.outerHTML),
-          scripts: [...document.scripts].map((s) => s.type)};
-}"""
+from .runlogs import (
+    ELEMENTS_FROM_PAYLOADS,
+    FOLDED,
+    HOSTILE,
+    HOSTILE_URL,
+    PLACES,
+    hostile,
+    hostile_run,
+    show_html,
+    write_runlog,
+)
 
 
 def _texts(tab: Tab, selector: str) -> list[str]:
@@ -81,7 +47,7 @@ def test_hostile_texts_stay_text_in_the_share_file(tab: Callable[..., Tab], tmp_
     assert HOSTILE_URL in _texts(opened, ".parent-link, .replay-of-link")[0]
     assert HOSTILE_URL in _texts(opened, ".artifact-link")[0]
 
-    found = opened.page.evaluate(_ELEMENTS_FROM_PAYLOADS)
+    found = opened.page.evaluate(ELEMENTS_FROM_PAYLOADS)
     assert found == {
         "bad": [],
         "handlers": [],

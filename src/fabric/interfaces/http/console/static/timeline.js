@@ -42,8 +42,8 @@ export function h(tag, props, ...children) {
   return el;
 }
 
-/** Append children: nodes as they are, anything else as a text node. */
-export function put(el, children) {
+/** Append children: nodes as they are, anything else as a text node (lists flattened). */
+export function put(el, ...children) {
   for (const child of [children].flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     el.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
@@ -111,7 +111,8 @@ export function fmtSeconds(s) {
   if (typeof s !== "number" || !Number.isFinite(s)) return "–";
   if (s < 60) return `${s.toFixed(1)} s`;
   const minutes = Math.floor(s / 60);
-  return `${minutes} min ${Math.round(s - minutes * 60)} s`;
+  const rest = Math.round(s - minutes * 60);
+  return rest ? `${minutes} min ${rest} s` : `${minutes} min`;
 }
 
 export function fmtCost(usd) {
@@ -267,6 +268,7 @@ export class Timeline {
     this.started = null;
     this.finished = null;
     this.resumes = [];
+    this.liveStatus = null;
     this.shown = 0;
     this.limit = this.pageSize;
     this.summary = h("section", { class: "tl-summary" });
@@ -290,7 +292,14 @@ export class Timeline {
   }
 
   get status() {
-    return this.finished ? asText(this.finished.status) : LIVE_END;
+    return this.finished ? asText(this.finished.status) : this.liveStatus || LIVE_END;
+  }
+
+  /** What to call a run without an end (the console knows: running, queued, interrupted…). */
+  setLiveStatus(status) {
+    if (status === this.liveStatus) return;
+    this.liveStatus = status;
+    this.renderSummary();
   }
 
   /** Take events (one or a list) in runlog order; a seq seen before is skipped, except a
