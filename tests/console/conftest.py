@@ -1,5 +1,5 @@
 """Browser fixtures for the console's tests: one headless Chromium (Debian's ``chromium``,
-driven by Playwright; never ``playwright install``) for the whole session, and per test a
+driven by Playwright; never ``playwright install``) for this folder's tests, and per test a
 fresh context and page that record what must never happen on a fabric page: a dialog
 (``alert``), an uncaught error, a Content-Security-Policy violation.
 
@@ -33,9 +33,11 @@ document.addEventListener('securitypolicyviolation', (e) => {
 """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
-    """One Chromium for the session."""
+    """One Chromium for the tests of this folder. Not for the whole session: while Playwright's
+    sync API is started, its event loop counts as running in this thread, so a later test's
+    ``asyncio.run`` would fail; it stops when the last test here is done."""
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:

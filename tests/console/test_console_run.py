@@ -5,7 +5,9 @@ events built a page at a time."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,4 +232,24 @@ def test_a_run_of_ten_thousand_events_streams_into_a_page_at_a_time(
     assert page.evaluate("() => document.getElementsByTagName('*').length") < 4_000
     page.click(".tl-more-button")
     page.wait_for_function("() => document.querySelectorAll('.tl-list > li').length === 300")
+    opened.assert_clean()
+
+
+def test_artifacts_and_other_runs_are_links(tab: Callable[..., Tab], api: FakeApi) -> None:
+    runlog = Path(__file__).parents[1] / "fixtures/runlogs/v3/completed/runlog.jsonl"
+    events = [json.loads(line) for line in runlog.read_text("utf-8").splitlines()]
+    run_id = events[0]["run_id"]
+    events[0]["parent_run_id"] = "20261125T000000.000Z-parent"
+    events[22]["child_run_id"] = "20261125T010307.000Z-child1"  # the read of big.txt
+    api.add_run(summary(run_id, "fixture", "tidy up the notes", "completed"), events)
+    api.add_run(summary("20261125T010307.000Z-child1", "fixture", "a sub-task", "completed"))
+    opened = login(tab, api, f"#/runs/{run_id}")
+    page = opened.page
+    page.wait_for_selector(".artifact-link")
+    href = f"/runs/{run_id}/artifacts/step3-read_file-call_0.txt"
+    assert page.get_attribute(".artifact-link", "href") == href
+    assert page.get_attribute(".facts .parent-link", "href") == "#/runs/20261125T000000.000Z-parent"
+    page.click(".child-link")
+    page.wait_for_selector("main[data-view=run][data-state=ready]")
+    assert page.inner_text("#run-id") == "20261125T010307.000Z-child1"
     opened.assert_clean()

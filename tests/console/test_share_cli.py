@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,14 @@ def _sha(text: str) -> str:
 def test_writes_run_id_html_in_the_current_folder_and_prints_its_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A run named by its id, under the config's runs folder."""
+    run_id = "20261125T010306.803Z-ae7fb4"
+    (tmp_path / "fabric.yaml").write_text("version: 1\nruns_dir: runs\n", "utf-8")
+    shutil.copytree(COMPLETED.parent, tmp_path / "runs" / run_id)
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["show", str(COMPLETED), "--html"])
+    result = CliRunner().invoke(app, ["show", run_id, "--html"])
     assert result.exit_code == 0, result.output
-    written = tmp_path / "20261125T010306.803Z-ae7fb4.html"
+    written = tmp_path / f"{run_id}.html"
     assert result.stdout.strip() == str(written)
     html = written.read_text("utf-8")
     assert "<title>fabric run 20261125T010306.803Z-ae7fb4 · fixture</title>" in html
@@ -71,9 +76,11 @@ def test_the_page_allows_exactly_its_own_script_and_style_by_hash(tmp_path: Path
         "base-uri": "'none'",
         "form-action": "'none'",
     }
-    assert "http://" not in html.replace("http://127.0.0.1:44835/v1", "")  # no outside reference
     events = json.loads(scripts[0][1])["events"]
     assert [e["seq"] for e in events] == list(range(55))
+    markup = html.replace(scripts[0][1], "")  # the page without the run's data
+    assert re.findall(r'(?:src|href|action)="([^"]*)"', markup) == ["data:,"]  # the icon
+    assert not re.search(r"https?:|url\(|@import", markup)  # nothing to fetch
 
 
 def test_no_text_of_the_run_can_end_the_data_block(tmp_path: Path) -> None:

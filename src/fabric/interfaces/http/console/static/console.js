@@ -11,7 +11,7 @@
 // "error") for whoever drives the page (the browser tests).
 
 import {
-  h, put, link, Timeline, KINDS, runRoute, asText, fmtInt, fmtSeconds, fmtCost, fmtMs,
+  h, put, link, Timeline, KINDS, runRoute, asText, fmtInt, fmtSeconds, fmtCost,
   errorBlock, policyTable, lazyDetails, textBlock,
 } from "./timeline.js";
 
