@@ -73,13 +73,13 @@ def test_a_completed_run(tab: Callable[..., Tab], tmp_path: Path) -> None:
 
     asked = _call(opened, "read_file", 1)  # big.txt: the rule asks a person
     assert "path big.txt" in asked
-    assert "ask" in asked and "ok" in asked
+    assert asked.startswith("step 3 read_file ask ok 1.0 ms")  # step, tool, verdict, result
     assert 'rule rules[0]: {tool: read_file, path: "big.txt", verdict: ask}' in asked
     assert "approved by cli --yes (once)" in asked
     assert "full output: artifacts/step3-read_file-call_0.txt" in asked
 
     denied = _call(opened, "write_file", 1)  # poetry.lock: denied by rules[1]
-    assert "deny" in denied and "failed" in denied
+    assert denied.startswith("step 4 write_file deny failed 0.0 ms")
     assert "policy_denied the policy denies this write_file call" in denied
     assert (
         "hint: do not repeat this call; find another way, or finish and say what needs approval"
