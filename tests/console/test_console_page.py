@@ -77,6 +77,7 @@ def test_the_runs_list_filters_searches_and_updates_live(
     assert page.url.endswith("#/runs?status=failed")
     assert any(s.path.startswith("/runs?status=failed") for s in api.seen)
     page.select_option("#filter-status", "")
+    page.wait_for_function("() => document.querySelectorAll('tr[data-run-id]').length === 3")
     page.fill("#filter-q", "OWLS")
     page.wait_for_function("() => document.querySelectorAll('tr[data-run-id]').length === 1")
     assert page.inner_text(f"{rows} .task") == "read about owls"

@@ -155,7 +155,9 @@ def test_resume_after_max_steps_follows_the_resumed_run(
     opened = login(tab, api, f"#/runs/{RUN}")
     page = opened.page
     page.wait_for_selector("#resume")
-    assert page.input_value("#resume-steps") == "31"  # the steps done and the pack's limit
+    page.wait_for_function(  # the steps done and the pack's limit, once run_started is in
+        "() => document.querySelector('#resume-steps').value === '31'"
+    )
     page.fill("#resume-steps", "5")
     api.live.add(RUN)
     page.click("#resume")

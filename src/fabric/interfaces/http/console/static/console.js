@@ -489,10 +489,17 @@ async function runView(view, [runId]) {
   };
 
   let actionsKey = null;
+  let resumeSteps = null;
+  const suggestSteps = () => {  // for a run stopped at max_steps: the steps done and its limit
+    const limit = timeline.started && timeline.started.limits ? timeline.started.limits.max_steps : null;
+    if (resumeSteps && !resumeSteps.value && !resumeSteps.dataset.edited && status() === "max_steps" && typeof limit === "number") {
+      resumeSteps.value = String((Number(summary.steps) || 0) + limit);
+    }
+  };
   const renderActions = (now) => {
-    const key = `${now} ${timeline.started ? "started" : ""}`;  // the limits come with run_started
-    if (key === actionsKey) return;
-    actionsKey = key;
+    if (now === actionsKey) return;
+    actionsKey = now;
+    resumeSteps = null;
     const items = [];
     if (taskId && LIVE.has(now)) {
       items.push(button("cancel", "Cancel", async (el) => {
@@ -508,9 +515,9 @@ async function runView(view, [runId]) {
     }
     if (now === "interrupted" || now === "max_steps") {
       if (taskId) {
-        const limit = timeline.started && timeline.started.limits ? timeline.started.limits.max_steps : null;
         const steps = h("input", { type: "number", id: "resume-steps", min: 1, title: "model calls allowed in all" });
-        if (now === "max_steps" && typeof limit === "number") steps.value = String((Number(summary.steps) || 0) + limit);
+        steps.addEventListener("input", () => { steps.dataset.edited = "yes"; });
+        resumeSteps = steps;
         items.push(h("label", { for: "resume-steps" }, "steps in all "), steps, button("resume", "Resume", async (el) => {
           el.disabled = true;
           const n = parseInt(steps.value, 10);
@@ -560,6 +567,7 @@ async function runView(view, [runId]) {
       approvals.replaceChildren(...pending.map(approvalBox));
     }
     renderActions(now);
+    suggestSteps();
   }
 
   let stream = null;

@@ -356,8 +356,10 @@ export class Timeline {
     if (seq !== null) this.lastSeq = Math.max(this.lastSeq, seq);
     this.events.push(event);
     const kind = String(event.kind);
+    let owner = null;  // the item this event belongs to
     const at = (item) => {
       dirty.add(item);
+      owner = item;
       return item;
     };
     switch (kind) {
@@ -405,10 +407,8 @@ export class Timeline {
       default:
         at(this.newItem(kind === "llm_retry" || kind === "llm_fallback" || kind === "nudge" || kind === "brief" ? kind : "other", event));
     }
-    if (event.child_run_id !== undefined && event.child_run_id !== null) {
-      const owner = this.items[this.items.length - 1];
-      if (owner && !owner.children.includes(event.child_run_id)) owner.children.push(event.child_run_id);
-      dirty.add(owner);
+    if (owner && event.child_run_id !== undefined && event.child_run_id !== null) {
+      if (!owner.children.includes(event.child_run_id)) owner.children.push(event.child_run_id);
     }
   }
 
