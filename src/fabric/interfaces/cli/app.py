@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fabric.domain.errors import FabricError
+from fabric.domain.errors import ConfigError, FabricError
 
 from .eval_cmd import eval_command
 from .options import BackendOpt, ConfigOpt, JsonOpt
 from .run_cmd import resume, run
-from .startup import fail, load, read_run, redact_output, say
+from .startup import fail, load, output_secrets, read_run, redact_output, say
 
 if TYPE_CHECKING:
     pass
@@ -161,11 +162,39 @@ def show(
         bool, typer.Option("--follow", "-f", help="Keep showing events until the run ends.")
     ] = False,
     as_json: JsonOpt = False,
+    as_html: Annotated[
+        bool,
+        typer.Option(
+            "--html", help="Write the run as one self-contained HTML file (<run_id>.html here)."
+        ),
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="With --html: the file to write instead.")
+    ] = None,
 ) -> None:
-    """Show a run's timeline: steps, tool calls with durations, final payload, tokens."""
+    """Show a run's timeline: steps, tool calls with durations, final payload, tokens; or,
+    with --html, write it as a page to open in a browser or send to someone."""
     from .show import show_events
 
+    if out is not None and not as_html:
+        fail(ConfigError("--out goes with --html", hint="fabric show RUN --html --out FILE"),
+             as_json=as_json, code=2)  # fmt: skip
+    if as_html and (follow or as_json or step is not None or kind):
+        fail(ConfigError("--html writes the whole run; it takes no --step, --kind, --follow or "
+                         "--json", hint="fabric show RUN --html [--out FILE]"),
+             as_json=as_json, code=2)  # fmt: skip
     path, events = read_run(run, lambda: load(config, as_json).runs_dir, as_json)
+    if as_html:
+        from .share import write_share
+
+        try:
+            written = write_share(events, path, secrets=output_secrets(), out=out)
+        except OSError as exc:
+            fail(ConfigError(f"cannot write the HTML file: {exc}",
+                             hint="pass --out with a file in a folder you can write"),
+                 as_json=False, code=2)  # fmt: skip
+        typer.echo(str(written))
+        return
     try:
         show_events(events, path, sys.stdout, step=step, kinds=kind, follow=follow, as_json=as_json)
     except FabricError as exc:  # a line appended by a newer fabric while following

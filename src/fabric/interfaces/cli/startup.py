@@ -48,6 +48,17 @@ def redact_output(secrets: Secrets) -> None:
             setattr(sys, name, RedactingStream(stream, secrets))
 
 
+def output_secrets() -> Secrets:
+    """The secrets this command's output is redacted of (``redact_output``): what a file it
+    writes for people to read (``fabric show --html``) must leave out as well."""
+    from fabric.domain.secrets import Secrets
+
+    from .render import RedactingStream
+
+    stream = sys.stdout
+    return stream.secrets if isinstance(stream, RedactingStream) else Secrets.from_env(os.environ)
+
+
 def say(line: str) -> None:
     """A line for the person at the terminal (model start-up, what fabric removed), on stderr."""
     typer.echo(line, err=True)
