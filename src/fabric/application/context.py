@@ -5,10 +5,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fabric.config.schema import SandboxSettings
 
 from .commands import CommandRunner
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """One file a tool call changed, for the runlog (``tool_result.changes``), never for the
+    model: its workspace-relative ``path``, a unified ``diff`` (cut when long, with a note),
+    and whether the call created or deleted it."""
+
+    path: str
+    diff: str
+    created: bool = False
+    deleted: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "diff": self.diff,
+            "created": self.created,
+            "deleted": self.deleted,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,3 +56,7 @@ class ToolContext:
     asked (``Briefing.keep``: e.g. the tests that failed at the start of a fix); ``kept_why``
     says why, in the refusal. A guide for the model, not a wall: commands are not bound."""
     kept_why: str = ""
+    changes: list[FileChange] | None = None
+    """Where file tools note what they change (``FileChange``): the loop gives each tool call
+    a list of its own and records what it holds in the call's ``tool_result``. None: nobody
+    records, and the tools spend nothing on diffs."""

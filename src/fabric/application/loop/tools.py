@@ -4,12 +4,14 @@ its output cut to size (the whole of it kept as an artifact) and logged again.""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
+from fabric.application.context import FileChange
 from fabric.application.pack import FINISH_TOOL
 from fabric.application.verify import ToolUse
 from fabric.config.prompts import REPEATED
@@ -49,6 +51,7 @@ class ToolSteps(Finishing):
         )
         started = time.perf_counter()
         artifact = None
+        changes: list[FileChange] = []  # what this call changes in the workspace, if anything
         try:
             if call.arguments is None:
                 if call.name == FINISH_TOOL:
@@ -63,7 +66,7 @@ class ToolSteps(Finishing):
             else:
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
-                output = await self._run_tool(call.name, call.arguments)
+                output = await self._run_tool(call.name, call.arguments, changes)
             ok, error = True, None
         except Stop:
             raise
@@ -93,6 +96,8 @@ class ToolSteps(Finishing):
             result["error"] = error
         if artifact:
             result["artifact"] = artifact
+        if changes:  # for people reading the log; the model gets ``output`` alone
+            result["changes"] = [change.as_json() for change in changes]
         self.log.emit("tool_result", result)
         return {"role": "tool", "tool_call_id": call.id, "content": output}
 
@@ -137,7 +142,9 @@ class ToolSteps(Finishing):
             sent[at] = self._plain[at]
         return sent
 
-    async def _run_tool(self, name: str, arguments: Mapping[str, Any]) -> str:
+    async def _run_tool(
+        self, name: str, arguments: Mapping[str, Any], changes: list[FileChange]
+    ) -> str:
         tool = self.tools.get(name)
         if tool is None:
             raise ToolError(
@@ -145,8 +152,9 @@ class ToolSteps(Finishing):
                 hint=f"use one of: {', '.join(self.pack.tool_names())}",
             )
         try:
+            ctx = dataclasses.replace(self.ctx, changes=changes)
             async with asyncio.timeout(self.limits.tool_timeout) as deadline:
-                return await tool(arguments, self.ctx)
+                return await tool(arguments, ctx)
         except TimeoutError:
             if not deadline.expired():
                 raise  # the tool's own timeout, reported as its failure

@@ -19,7 +19,6 @@ from fabric.application.job import Control, RunRequest
 from fabric.application.ports import TaskExecutor, TaskStore
 from fabric.domain.clock import Clock, iso_z, utc_now
 from fabric.domain.errors import ConfigError, FabricError
-from fabric.domain.models import ChatDelta
 from fabric.domain.policy import ApprovalAnswer, Scope
 from fabric.domain.tasks import (
     AWAITING_APPROVAL,
@@ -34,6 +33,7 @@ from .approvals import Approvals
 from .errors import Conflict, NotFound, ServiceUnavailable
 from .executor import LocalExecutor, RunTask
 from .ports import Runs
+from .watch import Listener, TaskWatch
 
 log = structlog.get_logger("fabric.tasks")
 
@@ -66,6 +66,9 @@ class TaskService(Generic[R]):
         """Steps so far of running tasks (kept in memory; the store has the final count)."""
         self.wakers: dict[str, set[asyncio.Event]] = {}
         """Events set whenever a running task's runlog grows (for live event streams)."""
+        self.listeners: dict[str, set[Listener]] = {}
+        """Called with each piece of model text a running task's run streams (``TaskWatch``):
+        the run console shows it as it comes; it is not kept anywhere."""
         self.approvals = Approvals(store)
         """Tool calls of running tasks waiting for a person's answer."""
         self.resuming: set[str] = set()
@@ -210,7 +213,7 @@ class TaskService(Generic[R]):
         control = Control(
             cancel=cancel,
             approver=self.approvals.for_task(task_id),
-            observers=(_Watch(self, task_id),),
+            observers=(TaskWatch(self, task_id),),
         )
         try:
             if runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog
@@ -300,16 +303,3 @@ def _used(started: Mapping[str, Any]) -> dict[str, str]:
     if isinstance(backend, Mapping) and backend.get("name"):
         used["backend"] = str(backend["name"])
     return used
-
-
-class _Watch:
-    """The observer of one task's run."""
-
-    def __init__(self, service: TaskService[Any], task_id: str) -> None:
-        self._service, self._task_id = service, task_id
-
-    def event(self, event: Mapping[str, Any]) -> None:
-        self._service._saw(self._task_id, event)
-
-    def delta(self, delta: ChatDelta) -> None:
-        """Streamed text is not kept: the event stream sends whole runlog events."""

@@ -160,6 +160,33 @@ def _entries(path: str) -> list[Any]:
         return found
 
 
+_open_cache: tuple[tuple[str, int, int], list[tuple[str, int]]] | None = None
+
+
+def open_runs() -> set[str]:
+    """The runs going on now: their window is open and the fabric that runs them is alive
+    (the run console's "running"). Read only: unlike the readers that judge files, it closes
+    nothing and audits nothing. The ledger is read again only when it changed."""
+    global _open_cache
+    path = ledger_path()
+    try:
+        info = os.stat(path)
+    except OSError:
+        return set()
+    key = (path, info.st_mtime_ns, info.st_size)
+    if _open_cache is None or _open_cache[0] != key:
+        still_open: dict[str, int] = {}
+        for entry in _entries(path):
+            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+                run = str(entry["run"])
+                if "start" in entry:
+                    still_open[run] = int(entry["pid"])
+                else:
+                    still_open.pop(run, None)
+        _open_cache = (key, list(still_open.items()))
+    return {run for run, pid in _open_cache[1] if pid_alive(pid)}
+
+
 def close_dead() -> list[str]:
     """Close the windows of runs whose fabric died (cheap: the ledger is read again only when
     it changed), and audit their repositories, which their last command's end did not: what

@@ -52,6 +52,13 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _NAME_CHARS = 120
 
 
+def is_run_id(name: str) -> bool:
+    """Whether ``name`` has the shape of a run id, so it can name a run folder (letters,
+    digits, '.', '_' and '-', starting with a letter or digit; at most 128): no path
+    separators, never '.' or '..'."""
+    return _RUN_ID.fullmatch(name) is not None
+
+
 def new_run_id() -> str:
     """Sortable by start time to the millisecond, unique enough for concurrent runs:
     ``20261122T031500.123Z-9f3a1c``."""

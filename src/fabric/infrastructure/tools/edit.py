@@ -18,6 +18,7 @@ import stat
 from fabric.application.context import ToolContext
 from fabric.domain.errors import FabricError, ToolError
 
+from .changes import Snapshot, note_change
 from .near_paths import open_existing
 from .snippets import SnippetNotFound, replace_snippet, without_numbers
 from .walk import walk
@@ -94,6 +95,8 @@ def edit_file(ctx: ToolContext, path: str, old: str, new: str, replace_all: bool
                     fh.write(encoded)
         except OSError as exc:
             raise ToolError(f"cannot write {rel!r}: {exc.strerror or exc}") from None
+        if ctx.changes is not None:
+            note_change(ctx, rel, Snapshot.of(data), Snapshot.of(encoded))
     count = len(edited.regions)
     what = f"replaced {count} places" if count > 1 else "replaced 1 place"
     notes = f" ({edited.note})" if edited.note else ""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
 
+from .changes import Snapshot, note_change, read_before
 from .function_tool import PACK_SETTING, runs_inline
 from .near_paths import open_existing, writable_path
 from .snippets import number_lines
@@ -200,6 +201,7 @@ def write_file(
         with Workspace(ctx) as ws:
             path = writable_path(ws, ctx, path)
             unchanged = not append and _holds(ws, path, data)
+            before = None if unchanged else read_before(ctx, ws, path)
             # creating only: opened without emptying, so every refusal of a place (host code,
             # protected, kept) comes first and an existing file is left whole
             create = not append and not replace_files
@@ -211,6 +213,9 @@ def write_file(
                     raise _exists(ws, file.rel, file.info.st_size)
                 if not (create and unchanged):
                     fh.write(data)
+            if before is not None:
+                after = before.appended(data) if append else Snapshot.of(data)
+                note_change(ctx, file.rel, before, after)
     except OSError as exc:
         raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
     if unchanged:

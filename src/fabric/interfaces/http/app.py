@@ -1,17 +1,18 @@
-"""The HTTP task service: ``POST /tasks`` and friends (FastAPI; OpenAPI at ``/openapi.json``).
+"""The HTTP task service: ``POST /tasks`` and friends (FastAPI; OpenAPI at ``/openapi.json``),
+the runs of the runs folder (``/runs``, ``runs.py`` and ``run_files.py``) and the web console
+(``/console``, ``console/``).
 
-Every endpoint but ``/healthz`` needs the bearer token; the Host header must be an allowed
-one; bodies are size-limited; every error has one JSON shape,
+Every endpoint but ``/healthz`` and the console's page needs the bearer token (or the
+console's session cookie, with its CSRF token for changes); the Host header must be an
+allowed one; bodies are size-limited; every error has one JSON shape,
 ``{"error": {"code", "message", "details"}}``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -19,19 +20,27 @@ from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fabric.application.tasks import NotFound, requeue
 from fabric.config.loader import LoadedConfig
 from fabric.config.where import error_message
 from fabric.domain.errors import ConfigError, FabricError
-from fabric.domain.secrets import Secrets
 from fabric.domain.tasks import QUEUED, STATUSES, TaskRecord
-from fabric.infrastructure.runlog.tail import follow_runlog, runlog_snapshot
+from fabric.infrastructure.runlog.index import RunIndex
+from fabric.infrastructure.runlog.tail import follow_runlog
 from fabric.interfaces.compose import build_service
 
+from .access_log import AccessLog
+from .console.headers import ConsoleHeaders
+from .console.routes import OPEN_PATHS, OPEN_PREFIXES, console_router
+from .console.session import ConsoleSessions
+from .downloads import runlog_download
 from .events import last_event_id, queued_note, sse_comment, sse_event
+from .pack_details import pack_details
 from .redaction import RedactSecrets
+from .run_files import run_files_router
+from .runs import runs_router
+from .runs_view import RunsView
 from .security import BearerAuth, BodyLimit, HostCheck
 from .shapes import ApprovalIn, ResumeIn, TaskIn, error_response, status_of, task_json
 
@@ -40,13 +49,18 @@ BY_HTTP = "http"
 """How an answer given over the API is recorded (``approval_answered.by``)."""
 
 
-def create_app(loaded: LoadedConfig, *, token: str, **overrides: Any) -> FastAPI:
+def create_app(
+    loaded: LoadedConfig, *, token: str, runs_poll: float = 1.0, **overrides: Any
+) -> FastAPI:
     """The ASGI app for one config; nothing runs until the app starts (lifespan).
+    ``runs_poll``: seconds between looks at the runs folder for ``GET /runs/stream``.
     ``overrides`` go to ``build_service`` (e.g. ``store``, ``clock``, ``chat_factory``)."""
     settings = loaded.config.serve
     service = build_service(loaded, token=token, **overrides)
     runner, store = service.runner, service.store
     secrets = runner.secrets  # never in a response, a runlog or an artifact
+    index = RunIndex(runner.runs_dir)
+    sessions = ConsoleSessions(token)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -176,22 +190,14 @@ def create_app(loaded: LoadedConfig, *, token: str, **overrides: Any) -> FastAPI
     )
     async def runlog(task_id: str) -> StreamingResponse:
         await service.get(task_id)
-        path = service.runlog_path(task_id)
-        try:  # a snapshot: the log of a running task grows while it is sent
-            size, chunks = runlog_snapshot(path)
+        try:
+            return await runlog_download(service.runlog_path(task_id), secrets, "runlog.jsonl")
         except FileNotFoundError:
             raise NotFound(
                 f"task {task_id!r} has no runlog yet: it is queued or its run is starting "
                 "(or it was cancelled before it started)",
                 hint="follow GET /tasks/{id}/events, which waits for the runlog to begin",
             ) from None
-        if secrets:  # its writer redacted it; one written before is redacted as it is sent
-            size, chunks = await asyncio.to_thread(_redacted, path, size, secrets)
-        headers = {
-            "Content-Length": str(size),
-            "Content-Disposition": 'attachment; filename="runlog.jsonl"',
-        }
-        return StreamingResponse(chunks, media_type="application/x-ndjson", headers=headers)
 
     @app.get(
         "/tasks/{task_id}/events",
@@ -239,21 +245,37 @@ def create_app(loaded: LoadedConfig, *, token: str, **overrides: Any) -> FastAPI
         summary="The packs this service runs",
         description="Each pack's name, description, tools, model key and the model it names "
         "(`asks`), and `will_use`: the backend and model a task of it would run with now (the "
-        "configured model may be missing and another picked), or why no model would do.",
+        "configured model may be missing and another picked), or why no model would do. "
+        "Also its `policy`, `limits`, `finish_schema`, `tools_detail` (name, description, "
+        "parameters) and `inputs`: what POST /tasks accepts for it (`workspace`: whether a "
+        "client may choose one, under `workspace_roots`; `verify`: the programs a task's own "
+        "check may start, besides 'off'; `max_steps`: {default, max}; `task`: {max_chars}).",
     )
     async def packs() -> dict[str, Any]:
         from fabric.interfaces.models_report import packs_report
 
-        return {"packs": await packs_report(runner, loaded.config.packs)}
+        rows = await packs_report(runner, loaded.config.packs)
+        for row in rows:
+            row.update(pack_details(runner, row["name"], settings, service.roots))
+        return {"packs": rows}
 
-    @app.get("/models", summary="What each backend offers, and the pick for the default pack")
+    @app.get(
+        "/models",
+        summary="What each backend offers, and the pick for the default pack",
+        description="Also `measured`: per backend and model, the speed the runs in the runs "
+        "folder measured (runs, completion_tokens, llm_seconds, tokens_per_s; replays left "
+        "out).",
+    )
     async def models(pack: str | None = None) -> dict[str, Any]:
         from fabric.interfaces.models_report import gather
 
         name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
         if name is None:
             raise ConfigError("the config declares no packs")
-        return await gather(loaded, name, None)
+        report = await gather(loaded, name, None)
+        await asyncio.to_thread(index.scan)
+        report["measured"] = index.measured()
+        return report
 
     @app.get("/healthz", summary="Liveness (no token needed)")
     async def healthz() -> dict[str, str]:
@@ -270,8 +292,18 @@ def create_app(loaded: LoadedConfig, *, token: str, **overrides: Any) -> FastAPI
             return error_response(503, "not_ready", exc.message, {"hint": exc.hint})
         return JSONResponse({"status": "ready", "backend": chosen.backend, "model": chosen.model})
 
+    app.include_router(runs_router(RunsView(service, index), poll=runs_poll))
+    app.include_router(run_files_router(service, index))
+    app.include_router(console_router(sessions, token))
+
     hosts = {h.lower() for h in settings.allowed_hosts} | {settings.host.lower()}
-    app.add_middleware(BearerAuth, token=token, open_paths=("/healthz",))
+    app.add_middleware(
+        BearerAuth,
+        token=token,
+        open_paths=("/healthz", *OPEN_PATHS),
+        open_prefixes=OPEN_PREFIXES,
+        sessions=sessions,
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     if settings.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
@@ -284,64 +316,9 @@ def create_app(loaded: LoadedConfig, *, token: str, **overrides: Any) -> FastAPI
         )
     app.add_middleware(HostCheck, allowed=hosts)  # checked first
     app.add_middleware(RedactSecrets, secrets=secrets)  # the guards' refusals too
+    app.add_middleware(ConsoleHeaders)  # the console's security headers, on refusals too
     app.add_middleware(AccessLog)  # outermost: refused requests are logged too
     return app
-
-
-class AccessLog:
-    """One JSON log line per request: method, path, status, milliseconds (no headers, so no
-    tokens; no query strings)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 0
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            log.info(
-                "request",
-                method=scope.get("method"),
-                path=scope.get("path"),
-                status=status,
-                ms=round((time.perf_counter() - started) * 1000, 1),
-            )
-
-
-def _redacted(path: Path, size: int, secrets: Secrets) -> tuple[int, Iterator[bytes]]:
-    """The runlog's first ``size`` bytes redacted line by line, and their length: counted in a
-    first pass over the same open file as the second, so it stays true even if a resume
-    replaces the file meanwhile."""
-    file = path.open("rb")
-
-    def read() -> Iterator[bytes]:
-        file.seek(0)
-        left = size
-        while left > 0 and (data := file.read(min(left, 1 << 20))):
-            left -= len(data)
-            yield data
-
-    def send() -> Iterator[bytes]:
-        with file:
-            yield from secrets.redact_lines(read())
-
-    try:
-        return sum(map(len, secrets.redact_lines(read()))), send()
-    except BaseException:
-        file.close()
-        raise
 
 
 def _version() -> str:

@@ -39,6 +39,13 @@ def sse_event(event: Mapping[str, Any]) -> bytes:
     return f"{head}data: {data}\n\n".encode()
 
 
+def sse_message(event: str, data: Mapping[str, Any]) -> bytes:
+    """An SSE message without an ``id`` (it is no runlog line, so no place to resume from):
+    ``event: <event>`` and the data as one line of compact JSON. The run console's
+    ``run`` summaries and ``delta`` pieces of streamed model text."""
+    return f"event: {_field(event)}\ndata: {_one_line_json(data)}\n\n".encode()
+
+
 def sse_comment(text: str = "") -> bytes:
     """An SSE comment (clients ignore it), e.g. ``sse_comment("ping")`` -> ``b": ping\\n\\n"``,
     sent to keep an idle stream open through proxies; ``sse_comment()`` is ``b":\\n\\n"``."""

@@ -12,6 +12,8 @@ The token itself (made, kept, checked) is in ``tokens.py``. It is only read from
 ``Authorization`` header, never from the query string: URLs end
 up in proxy and access logs and in browser history. A browser ``EventSource`` cannot set
 headers, so SSE clients use a fetch-based reader (or any HTTP client) that sends the header.
+The web console's page is the other way in: the session cookie it got by logging in with the
+token (``console/session.py``), with a CSRF token on every request that changes something.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from fabric.domain.errors import ConfigError
 
+from .console.session import CSRF_HINT, CSRF_MESSAGE, ConsoleSessions, check_cookie_request
 from .tokens import check_token
 
 Scope = MutableMapping[str, Any]
@@ -59,21 +62,45 @@ def _header_values(scope: Scope, name: bytes) -> list[bytes]:
 
 
 class BearerAuth:
-    """Every request outside ``open_paths`` needs ``Authorization: Bearer <token>``."""
+    """Every request outside ``open_paths`` (exact paths) and ``open_prefixes`` needs
+    ``Authorization: Bearer <token>``, or, with ``sessions``, a valid console session cookie
+    (and, for anything but GET and HEAD, its CSRF token from this origin: else 403)."""
 
     def __init__(
-        self, app: ASGIApp, *, token: str, open_paths: Collection[str] = ("/healthz",)
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        open_paths: Collection[str] = ("/healthz",),
+        open_prefixes: Collection[str] = (),
+        sessions: ConsoleSessions | None = None,
     ) -> None:
         check_token(token, "the server settings")
         self.app = app
         self._token = token.encode()
         self._open_paths = frozenset(open_paths)
+        self._open_prefixes = tuple(open_prefixes)
+        self._sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in _GUARDED or scope["path"] in self._open_paths:
+        path = scope.get("path", "")
+        if (
+            scope["type"] not in _GUARDED
+            or path in self._open_paths
+            or path.startswith(self._open_prefixes)
+        ):
             await self.app(scope, receive, send)
             return
         values = _header_values(scope, b"authorization")
+        if not values and self._sessions is not None and scope["type"] == "http":
+            refused = check_cookie_request(self._sessions, scope)
+            if refused is None:
+                await self.app(scope, receive, send)
+                return
+            if refused == "csrf":
+                details = {"hint": CSRF_HINT}
+                await send_error(send, 403, "csrf_failed", CSRF_MESSAGE, details=details)
+                return
         scheme, _, given = values[0].partition(b" ") if values else (b"", b"", b"")
         # compare_digest first, whatever the rest says, so timing tells nothing
         if hmac.compare_digest(given.strip(), self._token) and (
@@ -86,6 +113,7 @@ class BearerAuth:
             message = (
                 "This endpoint needs the API token: send 'Authorization: Bearer <token>'. "
                 "`fabric serve` prints where its token comes from when it starts."
+                + (" In a browser, log in at /console." if self._sessions else "")
             )
         else:
             challenge = b'Bearer realm="fabric", error="invalid_token"'

@@ -14,6 +14,9 @@ from fabric.domain.errors import ConfigError, FabricError, ModelError, PackError
 from fabric.domain.tasks import TaskRecord
 from fabric.infrastructure.tools.search_check import SearchUnavailable
 
+MAX_STEPS = 10_000
+"""The most model calls a task may ask for."""
+
 
 class ApprovalIn(BaseModel):
     """A person's answer to a tool call waiting for approval."""
@@ -34,7 +37,7 @@ class ResumeIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_steps: int | None = Field(
-        None, ge=1, le=10_000, description="Model calls at most, in all (default: the task's)."
+        None, ge=1, le=MAX_STEPS, description="Model calls at most, in all (default: the task's)."
     )
 
 
@@ -56,7 +59,7 @@ class TaskIn(BaseModel):
         "token, caches). Tasks on one workspace run one at a time, in the order they came, "
         "unless serve.share_workspaces is set.",
     )
-    max_steps: int | None = Field(None, ge=1, le=10_000, description="Model calls at most.")
+    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Model calls at most.")
     verify: str | None = Field(
         None,
         min_length=1,
