@@ -446,6 +446,31 @@ def test_secrets_in_an_old_runlog_never_leave_the_service(config: Path) -> None:
         assert TOKEN not in json.dumps(events) and "[redacted]" in json.dumps(events)
 
 
+def test_a_replay_with_live_tools_runs_only_where_the_service_may_work(config: Path) -> None:
+    run_id = cli_run(config, "replay me for real")
+    runs = config.parent / "runs"
+    elsewhere = config.parent / "elsewhere"  # a CLI run's folder, not under workspace_roots
+    elsewhere.mkdir()
+    outside = "20261231T235959.000Z-outside"
+    (runs / outside).mkdir()
+    text = (runs / run_id / "runlog.jsonl").read_text()
+    recorded = str((config.parent / "ws").resolve())
+    (runs / outside / "runlog.jsonl").write_text(
+        text.replace(json.dumps(recorded)[1:-1], str(elsewhere)).replace(run_id, outside)
+    )
+    with LiveApp(config) as live:
+        before = set(runs.iterdir())
+        refused = live.client.post(f"/runs/{outside}/replay", json={"live_tools": True})
+        body = error_shape(refused, 422, "config_error")
+        assert str(elsewhere) in body["message"] and "live_tools false" in body["details"]["hint"]
+        assert set(runs.iterdir()) == before  # nothing replayed
+        inside = live.client.post(f"/runs/{run_id}/replay", json={"live_tools": True})
+        assert inside.status_code == 200, inside.text
+        replayed = inside.json()  # the tools ran again, on a copy of the folder as it is now
+        assert (runs / replayed["run_id"] / "runlog.jsonl").is_file()
+        assert "already held exactly this text" in replayed["divergence"]["now"]
+
+
 def test_a_replay_over_http_is_identical_or_says_where_it_diverged(config: Path) -> None:
     run_id = cli_run(config, "replay me")
     runs = config.parent / "runs"

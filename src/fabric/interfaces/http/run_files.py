@@ -14,6 +14,8 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from fabric.application.tasks import NotFound, TaskService
+from fabric.application.workspaces import check_workspace
+from fabric.domain.errors import ConfigError
 from fabric.infrastructure.runlog.index import RunIndex
 from fabric.infrastructure.runlog.reader import read_runlog
 from fabric.interfaces.replays import recording_of
@@ -93,6 +95,18 @@ def run_files_router(service: TaskService[Any], index: RunIndex) -> APIRouter:
         path = runlog_of(run_id)
         live = body.live_tools if body is not None else False
         recording, _problems = await asyncio.to_thread(recording_of, path)
+        if live:  # a copy of the run's folder, real tools: only where the service may work
+            recorded = str(recording.started.get("workspace", ""))
+            try:
+                check_workspace(
+                    recorded, runner.loaded, runs_dir=runner.runs_dir, roots=service.roots
+                )
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"live_tools would run the pack's tools on a copy of {recorded}: {exc.message}",
+                    hint="replay it with live_tools false (the recorded results answer), or "
+                    "with `fabric replay --live-tools` on the machine",
+                ) from None
         report = await runner.replay(path, live=live, recording=recording)
         divergence = report.divergence
         return {
