@@ -17,6 +17,7 @@
         │   └── ModelResponseError       invalid_response: an answer fabric cannot use
         └── ToolError                raised inside a tool; the loop turns it into a tool result
             ├── ToolArgumentError        arguments failed validation
+            ├── McpError                 an MCP server did not start, answer or stay up
             └── SandboxError             the sandbox refused (path outside workspace, command
                                          not allowed, address not allowed)
 
@@ -172,3 +173,10 @@ class ToolArgumentError(ToolError):
 
 class SandboxError(ToolError):
     """The sandbox refused the call (path, command or address not allowed)."""
+
+
+class McpError(ToolError):
+    """An MCP server did not start, did not answer in time, crashed, or answered with
+    something fabric cannot use."""
+
+    CODE = "mcp_error"

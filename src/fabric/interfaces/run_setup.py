@@ -6,28 +6,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import fabric
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Kit
-from fabric.application.ports import ChatClient
+from fabric.application.pack import Pack
+from fabric.application.ports import ChatClient, Tool
 from fabric.application.resolve import Resolution
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import SandboxSettings
-from fabric.domain.errors import ConfigError, FabricError, SandboxError
+from fabric.domain.errors import ConfigError, FabricError, McpError, SandboxError
 from fabric.infrastructure.llm.backends import Backends, base_url_of
 from fabric.infrastructure.packs import git_audit, run_ledger
 from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack
 from fabric.infrastructure.runlog import JsonlRunLog
 from fabric.infrastructure.sandbox import HostCode, SandboxedCommands, command_runner, host_code
 from fabric.interfaces.model_resolver import ModelResolver
+
+if TYPE_CHECKING:  # loaded only for a pack that uses MCP servers
+    from fabric.infrastructure.mcp.connection import Note
+    from fabric.infrastructure.mcp.toolbox import McpToolbox
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +61,19 @@ class Session:
     kit: Kit
     runlog: JsonlRunLog
     resolution: Resolution | None
+    tools: tuple[Tool, ...] = ()
+    """The tools of the pack's MCP servers, started for this run (ADR 0019)."""
+    mcp: dict[str, Any] | None = None
+    """For ``run_started``: the MCP servers and what each of their tool names stands for."""
+
+    def pack_of(self, loaded_pack: LoadedPack) -> Pack:
+        """The pack with this run's MCP tools added."""
+        if not self.tools:
+            return loaded_pack.pack
+        return dataclasses.replace(loaded_pack.pack, tools=(*loaded_pack.pack.tools, *self.tools))
+
+    def meta(self) -> dict[str, Any]:
+        return {} if self.mcp is None else {"mcp": self.mcp}
 
 
 @dataclass
@@ -91,9 +110,17 @@ class RunSetup:
         started = time.time()
         unrecorded = _record_start(runlog.run_id, workspace)
         chat: ChatClient | None = None
+        toolbox: McpToolbox | None = None
+        tools: tuple[Tool, ...] = ()
         try:
             chat, unresolved = await self.models.open_chat(model_key, model, resolved, runlog)
             start_error = unrecorded or unconfined or unresolved
+            if loaded_pack.settings.mcp and start_error is None:
+                toolbox = self.mcp_toolbox(loaded_pack, workspace, read_only)
+                try:
+                    tools = tuple(await toolbox.open())
+                except McpError as exc:
+                    start_error = exc
             kit = Kit(
                 chat,
                 runlog,
@@ -103,8 +130,10 @@ class RunSetup:
                 self.prices(),
                 start_error,
             )
-            yield Session(kit, runlog, resolution)
+            yield Session(kit, runlog, resolution, tools, toolbox.meta() if toolbox else None)
         finally:
+            if toolbox is not None:  # the servers stop with the run
+                await toolbox.aclose()
             runlog.close()
             if chat is not None:
                 with contextlib.suppress(Exception):  # the result stands
@@ -115,6 +144,29 @@ class RunSetup:
             if unrecorded is None:
                 with contextlib.suppress(OSError):  # an open window only makes fabric stricter
                     run_ledger.closed(runlog.run_id)
+
+    def mcp_toolbox(
+        self,
+        loaded_pack: LoadedPack,
+        workspace: Path,
+        read_only: tuple[Path, ...],
+        note: Note | None = None,
+    ) -> McpToolbox:
+        """The pack's MCP servers for one run in ``workspace`` (not started yet)."""
+        from fabric.infrastructure.mcp.toolbox import McpToolbox
+        from fabric.infrastructure.mcp.transports import Place
+
+        settings = loaded_pack.settings
+        place = Place(
+            workspace, settings.sandbox, self.loaded.base_dir, self.protected_paths, read_only
+        )
+        return McpToolbox(
+            self.loaded.config.mcp_servers,
+            settings.mcp,
+            place,
+            taken=loaded_pack.pack.tool_names(),
+            note=note,
+        )
 
     @staticmethod
     def starts_commands(loaded_pack: LoadedPack) -> bool:

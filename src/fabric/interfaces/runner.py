@@ -39,6 +39,7 @@ from fabric.interfaces.run_setup import CommandFactory, RunSetup
 
 if TYPE_CHECKING:  # a run needs neither: loaded when a replay or resume asks
     from fabric.application.replay import Recording, ReplayReport
+    from fabric.infrastructure.mcp.toolbox import McpToolbox
 
 
 @dataclass
@@ -155,12 +156,16 @@ class Runner:
         ) as session:
             job = Job(
                 request.task,
-                loaded_pack.pack,
+                session.pack_of(loaded_pack),
                 session.runlog.run_id,
                 folder,
                 limits,
                 loaded_pack.settings.sandbox,
-                meta={**self.setup.meta(session.resolution), **_verify_meta(request.verify)},
+                meta={
+                    **self.setup.meta(session.resolution),
+                    **_verify_meta(request.verify),
+                    **session.meta(),
+                },
             )
             return await execute_task(job, session.kit, control)
 
@@ -204,7 +209,7 @@ class Runner:
         async with self.setup.session(loaded_pack, folder, backend, model, open_log) as session:
             return await resume_task(
                 plan,
-                pack=loaded_pack.pack,
+                pack=session.pack_of(loaded_pack),
                 workspace=folder,
                 kit=session.kit,
                 control=control,
@@ -229,6 +234,10 @@ class Runner:
     def commands_for(self, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None:
         """The pack's confined command runner (``RunSetup.commands_for``)."""
         return self.setup.commands_for(loaded_pack, workspace)
+
+    def mcp_toolbox(self, loaded_pack: LoadedPack, workspace: Path) -> McpToolbox:
+        """The pack's MCP servers for one run in ``workspace``, not started yet."""
+        return self.setup.mcp_toolbox(loaded_pack, workspace, self.read_only_in(workspace))
 
     def pack_summary(self, name: str) -> dict[str, Any]:
         """A pack as ``fabric packs`` and ``GET /packs`` list it: name, description, tools and

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import _Strict
 from .llm import (
@@ -22,6 +22,7 @@ from .llm import (
     SelectionSettings,
     Timeouts,
 )
+from .mcp import McpServerSettings, McpUse, check_server_name
 from .packs import Limits, PackSettings, RawPackSection, VerifySettings
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
@@ -34,6 +35,8 @@ __all__ = [
     "FallbackStep",
     "LLMSettings",
     "Limits",
+    "McpServerSettings",
+    "McpUse",
     "ModelOptions",
     "OllamaBackend",
     "OpenAIBackend",
@@ -62,4 +65,15 @@ class FabricConfig(_Strict):
     )
     default_pack: str | None = Field(None, description="Pack used when --pack is not given.")
     serve: ServeSettings = Field(default_factory=ServeSettings, description="fabric serve.")
+    mcp_servers: dict[str, McpServerSettings] = Field(
+        default_factory=dict,
+        description="MCP servers by name, whose tools packs may use (a pack's mcp: list).",
+    )
     packs: dict[str, RawPackSection] = Field(default_factory=dict, description="Packs by name.")
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, servers: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
+        for name in servers:
+            check_server_name(name)
+        return servers

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .base import _Strict
+from .mcp import McpUse
 from .sandbox import SandboxSettings
 
 
@@ -69,6 +70,11 @@ class PackSettings(BaseModel):
     limits: Limits = Field(default_factory=Limits, description="Bounds on each run.")
     sandbox: SandboxSettings = Field(
         default_factory=SandboxSettings, description="What the pack's tools may touch."
+    )
+    mcp: list[McpUse] = Field(
+        default_factory=list,
+        description="MCP servers (names under mcp_servers) whose tools the pack's runs get, "
+        "as server__tool, with include/exclude globs on the server's tool names.",
     )
     verify: VerifySettings = Field(
         default_factory=VerifySettings,

@@ -114,8 +114,22 @@ def load_pack(loaded: LoadedConfig, name: str) -> LoadedPack:
         description=settings.description or pack.description,
         verifiers=(*pack.verifiers, *_command_check(loaded, name, settings)),
     )
+    _check_mcp(loaded, name, settings)
     _check_policy_tools(loaded, name, pack, settings)
     return LoadedPack(pack, settings)
+
+
+def _check_mcp(loaded: LoadedConfig, name: str, settings: PackSettings) -> None:
+    """Every server the pack's ``mcp:`` names is declared under ``mcp_servers``."""
+    known = loaded.config.mcp_servers
+    for index, use in enumerate(settings.mcp):
+        if use.server not in known:
+            where = loaded.where("packs", name, "mcp", index, "server")
+            raise PackError(
+                f"{where}: packs.{name}.mcp[{index}].server: no MCP server {use.server!r}",
+                hint=f"declared servers: {', '.join(known) or 'none'}; add it under "
+                "mcp_servers: in fabric.yaml",
+            )
 
 
 def _command_check(
@@ -139,13 +153,19 @@ def _check_policy_tools(
     """A policy rule for a tool the pack does not have would never match: a misspelt name
     must not silently turn an intended ``deny`` into the default."""
     tools = pack.tool_names()
+    servers = tuple(f"{use.server}__" for use in settings.mcp)  # their tools: known per run
     for index, rule in enumerate(settings.sandbox.policy.rules):
-        if rule.tool not in tools:
+        if rule.tool not in tools and not rule.tool.startswith(servers or ("\0",)):
             where = loaded.where("packs", name, "sandbox", "policy", "rules", index, "tool")
             raise PackError(
                 f"{where}: packs.{name}.sandbox.policy.rules[{index}].tool: pack {name!r} has "
                 f"no tool {rule.tool!r}",
-                hint=f"its tools: {', '.join(tools)}",
+                hint=f"its tools: {', '.join(tools)}"
+                + (
+                    f"; and its MCP servers' tools ({', '.join(s + '*' for s in servers)})"
+                    if servers
+                    else ""
+                ),
             )
 
 

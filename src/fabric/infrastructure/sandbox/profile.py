@@ -65,6 +65,7 @@ def bwrap_args(
     programs: Sequence[str] = (),
     read_only: Sequence[Path] = (),
     seccomp_fd: str = "{seccomp_fd}",
+    chdir: Path | None = None,
 ) -> list[str]:
     """The bubblewrap command line: read-only host, private /tmp, /run, /var/tmp and
     /dev/shm, the workspace bound read-write, hidden paths covered, new namespaces (the
@@ -73,7 +74,9 @@ def bwrap_args(
     ``programs`` (the command's executable and its PATH folders) stay visible, read-only,
     where they lie in one of the private folders: a virtual environment under /tmp, say.
     ``read_only`` paths inside the workspace (host code, see ``host_code.py``) are bound
-    read-only, and the folders between them and the workspace onto themselves (pinned)."""
+    read-only, and the folders between them and the workspace onto themselves (pinned).
+    ``chdir``: where the command starts (default: the workspace), e.g. an MCP server's own
+    folder."""
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for name in _PROC_READ_ONLY:
         if Path("/proc", name).exists():
@@ -90,7 +93,7 @@ def bwrap_args(
         args += ["--ro-bind", str(path), str(path)]
     for path in hidden:
         args += _cover(path)
-    args += ["--chdir", str(workspace), "--unshare-all"]
+    args += ["--chdir", str(chdir or workspace), "--unshare-all"]
     if network:
         args.append("--share-net")
     args += [

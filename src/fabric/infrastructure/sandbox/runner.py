@@ -101,10 +101,11 @@ def launch_argv(
     cgroups: Sequence[str],
     search_path: str = "",
     read_only: Sequence[Path] = (),
+    chdir: Path | None = None,
 ) -> list[str]:
     """The launcher's command line for ``command`` under ``backend`` (``search_path``: the
     command's PATH, whose folders must stay visible; ``read_only``: host code inside the
-    workspace)."""
+    workspace; ``chdir``: where it starts under bubblewrap, default the workspace)."""
     spec: dict[str, Any] = {
         "mode": backend.name,
         "limits": rlimits(sandbox),
@@ -124,6 +125,7 @@ def launch_argv(
             command=command,
             programs=[command[0], *search_path.split(os.pathsep)],
             read_only=read_only,
+            chdir=chdir,
         )
     else:
         spec["argv"] = list(command)

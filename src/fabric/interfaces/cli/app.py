@@ -18,6 +18,7 @@ import typer
 from fabric.domain.errors import ConfigError, FabricError
 
 from .eval_cmd import eval_command
+from .mcp_cmd import mcp_app
 from .options import BackendOpt, ConfigOpt, JsonOpt
 from .run_cmd import resume, run
 from .startup import fail, load, output_secrets, read_run, redact_output, say
@@ -231,6 +232,7 @@ def replay(
 
 app.command()(resume)
 app.command(name="eval")(eval_command)
+app.add_typer(mcp_app, name="mcp")
 
 
 def main() -> None:

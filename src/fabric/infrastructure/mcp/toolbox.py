@@ -1,0 +1,150 @@
+"""The MCP tools of one run: the pack's servers started, their tools filtered by the pack's
+include/exclude globs, named ``server__tool`` and offered as ordinary ``Tool``s (so the policy,
+the time limit, the output cap and the runlog treat them like any other); the servers stopped
+when the run ends. What each name stands for goes into ``run_started`` (``mcp``)."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fabric.application.context import ToolContext
+from fabric.application.pack import finish_schema_problem
+from fabric.config.schema import McpServerSettings, McpUse
+from fabric.domain.errors import McpError, ToolError
+from fabric.domain.models import ToolSpec
+
+from .connection import McpConnection, Note
+from .names import fabric_name, printable
+from .results import render
+from .transports import Place
+
+MAX_DESCRIPTION = 2_000
+MAX_SCHEMA_CHARS = 32_000
+
+
+class McpTool:
+    """One tool of an MCP server, as the loop calls it."""
+
+    def __init__(self, spec: ToolSpec, server: McpConnection, tool: str) -> None:
+        self._spec, self.server, self.tool = spec, server, tool
+        self._calls = 0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        self._calls += 1
+        result = await self.server.call(self.tool, arguments)
+        text = render(result, stem=f"{self._spec.name}-{self._calls}", save=ctx.save_artifact)
+        if result.get("isError"):
+            raise ToolError(
+                f"{self._spec.name} failed: {text}",
+                hint="read the server's message; fix the arguments or use another tool",
+            )
+        return text
+
+
+def spec_of(name: str, listed: Mapping[str, Any]) -> ToolSpec | str:
+    """The spec the model gets for a listed tool, or why the tool is left out."""
+    schema = listed.get("inputSchema")
+    if not isinstance(schema, dict):
+        return "its input schema is not a JSON object"
+    if len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARS:
+        return f"its input schema is longer than {MAX_SCHEMA_CHARS} characters"
+    problem = finish_schema_problem(schema)
+    if problem is not None:
+        return f"its input schema is {problem}"
+    text = str(listed.get("description") or listed.get("title") or listed.get("name") or "")
+    text = "".join(c for c in text[:MAX_DESCRIPTION] if c.isprintable() or c in "\n\t")
+    return ToolSpec(name, text or name, schema)
+
+
+def wanted(tool: str, use: McpUse) -> bool:
+    def hit(globs: Sequence[str]) -> bool:
+        return any(fnmatch.fnmatchcase(tool, g) for g in globs)
+
+    return hit(use.include) and not hit(use.exclude)
+
+
+class McpToolbox:
+    """The MCP servers of one run and the tools the pack takes from them."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerSettings],
+        uses: Sequence[McpUse],
+        place: Place,
+        *,
+        taken: Sequence[str] = (),
+        note: Note | None = None,
+    ) -> None:
+        self._uses = list(uses)
+        self.connections = {
+            u.server: McpConnection(u.server, servers[u.server], place, note) for u in uses
+        }
+        self._taken = set(taken)
+        self.tools: list[McpTool] = []
+        self.left_out: list[dict[str, str]] = []
+
+    async def open(self) -> list[McpTool]:
+        """Start every server (at once) and gather their tools; McpError naming the first
+        server that did not start (the others are stopped again)."""
+        outcomes = await asyncio.gather(
+            *(c.start() for c in self.connections.values()), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                await self.aclose()
+                if isinstance(outcome, McpError):
+                    raise outcome
+                raise McpError(f"an MCP server did not start: {outcome}") from outcome
+        for use in self._uses:
+            self._take(use)
+        return self.tools
+
+    def _take(self, use: McpUse) -> None:
+        server = self.connections[use.server]
+        for listed in server.tools:
+            raw = str(listed.get("name", ""))
+            if not raw or not wanted(raw, use):
+                continue
+            name = fabric_name(use.server, raw)
+            spec = spec_of(name, listed)
+            if isinstance(spec, str) or name in self._taken:
+                why = spec if isinstance(spec, str) else f"the name {name} is taken"
+                self.left_out.append({"server": use.server, "tool": printable(raw), "why": why})
+                continue
+            self._taken.add(name)
+            self.tools.append(McpTool(spec, server, raw))
+
+    def meta(self) -> dict[str, Any]:
+        """For ``run_started``: each server, and what each tool name stands for."""
+        servers: dict[str, dict[str, Any]] = {}
+        for name, c in self.connections.items():
+            where = c.settings.url or " ".join([c.settings.command or "", *c.settings.args])
+            servers[name] = {
+                "transport": c.settings.transport,
+                "target": where,
+                "protocol": c.protocol,
+                "start_ms": c.started_ms,
+                "network": c.settings.network if c.settings.transport == "stdio" else True,
+            }
+            if c.problems:
+                servers[name]["problems"] = list(c.problems)
+        meta: dict[str, Any] = {
+            "servers": servers,
+            "tools": [
+                {"name": t.spec.name, "server": t.server.name, "tool": t.tool} for t in self.tools
+            ],
+        }
+        if self.left_out:
+            meta["left_out"] = self.left_out
+        return meta
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.connections.values()))
