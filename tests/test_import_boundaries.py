@@ -60,10 +60,12 @@ NOT_FROM = {
     "infrastructure": ("fabric.interfaces",),
     "interfaces/cli": ("fabric.interfaces.http",),
     "interfaces/http": ("fabric.interfaces.cli",),
+    "interfaces/mcp": ("fabric.interfaces.cli", "fabric.interfaces.http"),
 }
 """Adapters never reach into the interfaces; the CLI and the HTTP service share code through the
 layers below them (and ``interfaces/compose.py``, ``interfaces/models_report.py``), not through
-each other. The one exception: ``fabric serve`` (cli/serve.py) starts the HTTP service."""
+each other; the MCP server (``interfaces/mcp``), which both start, reaches into neither. The
+one exception: ``fabric serve`` (cli/serve.py) starts the HTTP service."""
 STARTS_THE_SERVICE = "interfaces/cli/serve.py"
 
 

@@ -29,6 +29,10 @@ from fabric.domain.policy import (
 from .ports import Approver, RunLog
 
 NO_TERMINAL = "no terminal"
+NO_ELICITATION = "no elicitation"
+"""An MCP client that cannot be asked (it does not support elicitation)."""
+MCP = "mcp"
+"""A person answered through an MCP client (elicitation)."""
 TIMEOUT = "timeout"
 MEMORY = "policy memory"
 REPLAY = "replay"
@@ -138,8 +142,8 @@ def _refusal(
     if answer.by == TIMEOUT:
         text = f"no one approved this {tool} call within {timeout:g} s, so it was not run {why}"
         return ApprovalDenied(text, hint=f"{_ADAPT}; {_ASK_A_PERSON}")
-    if answer.by == NO_TERMINAL:
-        text = f"this {tool} call needs approval and no one could be asked (no terminal) {why}"
+    if answer.by in (NO_TERMINAL, NO_ELICITATION):
+        text = f"this {tool} call needs approval and no one could be asked ({answer.by}) {why}"
         return ApprovalDenied(text, hint=f"{_ADAPT}; {_ASK_A_PERSON}")
     if answer.by == MEMORY:
         text = f"this {tool} call was refused: such calls were refused for the rest of this run"

@@ -48,6 +48,11 @@ class ServeSettings(_Strict):
     pack_concurrency: dict[str, Annotated[int, Field(ge=1)]] = Field(
         default_factory=dict, description="Tasks of one pack running at once, by pack name."
     )
+    mcp: bool = Field(
+        True,
+        description="Offer the packs as MCP tools and the runs as resources at /mcp "
+        "(streamable HTTP), behind the same token, Host and Origin checks as the API.",
+    )
     shutdown_grace: float = Field(
         20.0, ge=0, description="Seconds running tasks get to finish on shutdown."
     )

@@ -1,6 +1,7 @@
-"""``fabric mcp``: the MCP servers of the config (``list``). Each server is started the way
-a run starts it (confined, with the sandbox of the first pack that uses it) in an empty
-temporary workspace, its tools listed, and stopped again."""
+"""``fabric mcp``: the MCP servers of the config (``list``: each started the way a run starts
+it, confined, with the sandbox of the first pack that uses it, in an empty temporary workspace,
+its tools listed, and stopped again) and fabric as an MCP server (``serve``: the packs as tools
+on stdin and stdout, for an MCP client to start)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,35 @@ import typer
 from .options import ConfigOpt, JsonOpt
 from .startup import load
 
-mcp_app = typer.Typer(help="MCP servers: the ones packs use (list).", no_args_is_help=True)
+mcp_app = typer.Typer(
+    help="MCP: the servers packs use (list), and the packs as an MCP server (serve).",
+    no_args_is_help=True,
+)
+
+
+@mcp_app.command(name="serve")
+def serve(config: ConfigOpt = None) -> None:
+    """Offer every pack of fabric.yaml as an MCP tool, and the runs as resources, on stdin and
+    stdout: register this command in an MCP client (see the README). Workspaces are folders
+    under serve.workspace_roots; logs go to stderr."""
+    import logging
+    import sys
+
+    loaded = load(config, False)
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    if sys.__stdout__ is not None:  # the protocol's wire: the SDK takes the real stdout
+        sys.stdout = sys.__stdout__
+    from fabric.interfaces.compose import build_runner
+    from fabric.interfaces.mcp.server import serve_stdio, workspace_roots
+
+    async def go() -> None:
+        runner = build_runner(loaded)
+        try:
+            await serve_stdio(runner, workspace_roots(loaded))
+        finally:
+            await runner.aclose()
+
+    asyncio.run(go())
 
 
 @mcp_app.command(name="list")

@@ -1,6 +1,6 @@
 """The HTTP task service: ``POST /tasks`` and friends (FastAPI; OpenAPI at ``/openapi.json``),
-the runs of the runs folder (``/runs``, ``runs.py`` and ``run_files.py``) and the web console
-(``/console``, ``console/``).
+the runs of the runs folder (``/runs``, ``runs.py`` and ``run_files.py``), the web console
+(``/console``, ``console/``) and the packs as MCP tools (``/mcp``, ``mcp_mount.py``).
 
 Every endpoint but ``/healthz`` and the console's page needs the bearer token (or the
 console's session cookie, with its CSRF token for changes); the Host header must be an
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import structlog
@@ -67,7 +67,10 @@ def create_app(
         interrupted, requeued = await service.recover()
         log.info("service.started", interrupted=interrupted, requeued=requeued)
         try:
-            yield
+            async with AsyncExitStack() as stack:
+                if mcp_sessions is not None:
+                    await stack.enter_async_context(mcp_sessions)
+                yield
         finally:
             cut = await service.executor.shutdown(settings.shutdown_grace)
             log.info("service.stopped", interrupted=cut)
@@ -81,6 +84,11 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    mcp_sessions = None
+    if settings.mcp:  # the SDK is loaded only for this (ADR 0019)
+        from .mcp_mount import mount_mcp
+
+        mcp_sessions = mount_mcp(app, runner, service.roots, settings.cors_origins)
 
     def shown(record: TaskRecord) -> dict[str, Any]:
         """The task document: the record, the calls it waits to have approved, and the tasks
