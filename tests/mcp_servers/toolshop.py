@@ -1,6 +1,8 @@
 """A small MCP server for fabric's tests, written with the SDK's low-level ``Server``: its
 tools come two to a page, and it can be slow, crash, change its tool list, return images and
-structured content. Run: python toolshop.py [--legacy-notify]."""
+structured content. Run: python toolshop.py [--legacy-notify] on stdio, or
+python toolshop.py --http PORT: streamable HTTP on 127.0.0.1:PORT at /mcp, answering only
+requests whose X-Shop-Key header is $SHOP_KEY."""
 
 from __future__ import annotations
 
@@ -97,5 +99,24 @@ async def main() -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
+def serve_http(port: int) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host="127.0.0.1")
+    key = os.environ["SHOP_KEY"].encode()
+
+    async def guarded(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"x-shop-key") != key:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"no key"})
+            return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    if "--http" in sys.argv:
+        serve_http(int(sys.argv[sys.argv.index("--http") + 1]))
+    else:
+        anyio.run(main)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,3 +61,6 @@ class ToolContext:
     """Where file tools note what they change (``FileChange``): the loop gives each tool call
     a list of its own and records what it holds in the call's ``tool_result``. None: nobody
     records, and the tools spend nothing on diffs."""
+    cancel: asyncio.Event | None = None
+    """Set when the run is cancelled: a tool that waits on another program (an MCP server's
+    call) stops waiting and fails, so the run ends now rather than when the call would."""

@@ -36,6 +36,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
     """
     pack, runlog = job.pack, kit.runlog
     sandbox = job.sandbox or pack.sandbox
+    cancel = control.cancel or asyncio.Event()
     ctx = ToolContext(
         job.run_id,
         job.workspace,
@@ -44,10 +45,10 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         kit.commands,
         tuple(p.resolve() for p in kit.read_only),
         runlog.save_artifact,
+        cancel=cancel,
     )
     if kit.chat is None and kit.start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")
-    cancel = control.cancel or asyncio.Event()
     gate = PolicyGate(
         sandbox.policy, approver=control.approver, log=runlog, run_id=job.run_id, cancel=cancel
     )

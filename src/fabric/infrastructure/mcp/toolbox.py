@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from fabric.application.context import ToolContext
@@ -39,7 +39,8 @@ class McpTool:
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
         self._calls += 1
-        result = await self.server.call(self.tool, arguments)
+        call = self.server.call(self.tool, arguments)
+        result = await _unless_cancelled(call, ctx, self._spec.name)
         text = render(result, stem=f"{self._spec.name}-{self._calls}", save=ctx.save_artifact)
         if result.get("isError"):
             raise ToolError(
@@ -47,6 +48,30 @@ class McpTool:
                 hint="read the server's message; fix the arguments or use another tool",
             )
         return text
+
+
+async def _unless_cancelled(
+    call: Coroutine[Any, Any, dict[str, Any]], ctx: ToolContext, name: str
+) -> dict[str, Any]:
+    """The call's result; when the run is cancelled first, the call is cancelled (the SDK tells
+    the server) and fails, so the run ends now rather than at the call's timeout."""
+    if ctx.cancel is None:
+        return await call
+    calling = asyncio.ensure_future(call)
+    stopping = asyncio.ensure_future(ctx.cancel.wait())
+    try:
+        await asyncio.wait({calling, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not calling.done():
+            calling.cancel()
+            await asyncio.wait({calling})
+    if calling.cancelled():
+        raise ToolError(
+            f"the run was cancelled during this {name} call; the call was cancelled",
+            hint="nothing to do: the run is ending",
+        )
+    return calling.result()
 
 
 def spec_of(name: str, listed: Mapping[str, Any]) -> ToolSpec | str:

@@ -71,6 +71,8 @@ class LiveCall:
     waiting: _Ask | None = None
     """The question the client was sent and has not answered (2026-07-28 revision)."""
     task: asyncio.Task[None] | None = None
+    following: bool = False
+    """A ``tools/call`` is reporting this run to its client now."""
 
     # RunObserver
     def event(self, event: Mapping[str, Any]) -> None:
@@ -126,6 +128,9 @@ async def follow(
     question it was asked, then report steps until the run ends (``finish(result)`` makes the
     tool result) or asks again. Cancelled (the client cancelled): the run is cancelled and
     waited for."""
+    if call.following:
+        return _refused("this run is being followed by another call of this client already")
+    call.following = True
     if call.waiting is not None:
         ask, call.waiting = call.waiting, None
         _settle(ask, _answer_of((responses or {}).get(APPROVAL)))
@@ -144,17 +149,13 @@ async def follow(
                 call.notes.append(_cannot_ask_note(item.request))
                 _settle(item, ApprovalAnswer(False, NO_ELICITATION))
             elif ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                call.waiting = item
+                call.waiting, call.following = item, False
                 question = types.ElicitRequest(params=_form(item.request))
                 return types.InputRequiredResult(
                     input_requests={APPROVAL: question}, request_state=call.key
                 )
             else:
-                params = _form(item.request)
-                reply = await ctx.session.elicit_form(
-                    params.message, params.requested_schema, related_request_id=ctx.request_id
-                )
-                _settle(item, _answer_of(reply))
+                _settle(item, await _elicit(ctx, item.request, call.notes))
     except BaseException:
         if call.task is not None and not call.task.done():
             call.cancel.set()
@@ -162,6 +163,27 @@ async def follow(
                 await asyncio.wait([call.task])
         calls.drop(call)
         raise
+
+
+async def _elicit(ctx: Any, request: ApprovalRequest, notes: list[str]) -> ApprovalAnswer:
+    """Ask with ``elicitation/create`` (older revisions); a failed request refuses the call."""
+    params = _form(request)
+    try:
+        reply = await ctx.session.elicit_form(
+            params.message, params.requested_schema, related_request_id=ctx.request_id
+        )
+    except Exception as exc:  # the client failed to ask: refused, and the client is told
+        notes.append(
+            f"Asking about a {request.tool} call failed ({type(exc).__name__}: "
+            f"{str(exc)[:200]}), so the call was refused."
+        )
+        return ApprovalAnswer(False, NO_ELICITATION)
+    return _answer_of(reply)
+
+
+def _refused(message: str) -> types.CallToolResult:
+    text = f"{message}. What to do: wait for that call's result, or call the tool again."
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
 def _can_elicit(ctx: Any) -> bool:
