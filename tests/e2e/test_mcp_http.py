@@ -1,6 +1,7 @@
 """``/mcp`` under a real ``fabric serve`` on a free loopback port, driven by the SDK's
-streamable-HTTP client: a pack called end to end with progress and an asking policy, the runs
-as resources; and the API's guards in front of it (token, Host, Origin)."""
+streamable-HTTP client: a pack called end to end with progress and an asking policy, a call
+cancelled mid-run (its run ends cancelled), the runs as resources; and the API's guards in
+front of it (token, Host, Origin)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from support import assert_valid_runlog, read_events
 from test_mcp_server import Model, approve, setup, text_of
-from test_service import GUARD, TOKEN, Service
+from test_service import GUARD, TOKEN, Service, wait_until
 
 from fabric.testing import MockOpenAIServer
 
@@ -47,7 +48,8 @@ async def over_http(url: str, **client: Any) -> AsyncIterator[Client]:
 
 
 def test_the_mcp_endpoint_runs_packs_behind_the_api_guards(tmp_path: Path) -> None:
-    with MockOpenAIServer(Model()) as llm:
+    model = Model()
+    with MockOpenAIServer(model) as llm:
         config = setup(tmp_path, llm.base_url)
         with Service(config) as service:
             # the guards: no token, a bad Host, a foreign page's Origin
@@ -96,11 +98,29 @@ def test_the_mcp_endpoint_runs_packs_behind_the_api_guards(tmp_path: Path) -> No
                     one = await client.read_resource(f"fabric://runs/{run_id}")
                     summary = json.loads(one.contents[0].text)  # type: ignore[union-attr]
                     assert summary["status"] == "completed"
+                async with (
+                    over_http(service.url, mode="legacy") as client,
+                    anyio.create_task_group() as group,  # the call is cancelled mid-run
+                ):
 
-            asyncio.run(go())
+                    async def call() -> None:
+                        await client.call_tool("reviewer", {"task": "hold on"})
+
+                    group.start_soon(call)
+                    await anyio.to_thread.run_sync(model.held.wait, GUARD)
+                    group.cancel_scope.cancel()
+
+            def cancelled() -> bool:
+                listed = service.client.get("/runs", params={"status": "cancelled"}).json()
+                return len(listed["runs"]) == 1
+
+            try:
+                asyncio.run(go())
+                wait_until(cancelled, "the cancelled run")
+            finally:
+                model.release.set()
             # a call's run is a run like any other: its runlog, and GET /runs lists it
-            runs = service.client.get("/runs").json()
-            listed = runs.get("runs", runs.get("items", []))
+            listed = service.client.get("/runs").json()["runs"]
             assert {r["pack"] for r in listed} >= {"reviewer", "asker"}
             for runlog in (tmp_path / "runs").glob("*/runlog.jsonl"):
                 assert_valid_runlog(read_events(runlog))
