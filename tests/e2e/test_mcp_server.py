@@ -63,8 +63,8 @@ class Model:
         return 200, completion(calls=[("finish_task", {"verdict": verdict})])
 
 
-def setup(tmp_path: Path, model_url: str) -> Path:
-    config = project(tmp_path, model_url)
+def setup(tmp_path: Path, model_url: str, concurrency: int = 4) -> Path:
+    config = project(tmp_path, model_url, concurrency=concurrency)
     data = json.loads(config.read_text())
     data["packs"]["asker"] = ASKER
     config.write_text(json.dumps(data))
@@ -140,6 +140,11 @@ def test_packs_are_tools_called_end_to_end_with_progress_and_runs_as_resources(
                     assert why in text_of(bad).lower(), text_of(bad)
                 unknown = await client.call_tool("nope", {"task": "x"})
                 assert unknown.is_error and "no tool 'nope'" in text_of(unknown)
+                forged = await client.session.call_tool(
+                    "reviewer", {"task": "x"}, request_state="forged", allow_input_required=True
+                )  # an answer for no waiting run
+                assert isinstance(forged, types.CallToolResult) and forged.is_error
+                assert "not waiting for one" in text_of(forged)
 
                 # runs and runlogs as resources, redacted
                 listed = [str(r.uri) for r in (await client.list_resources()).resources]
@@ -199,7 +204,7 @@ def test_an_asking_policy_elicits_or_refuses_with_a_clear_message(tmp_path: Path
 def test_a_client_that_cancels_the_call_cancels_the_run(tmp_path: Path) -> None:
     model = Model()
     with MockOpenAIServer(model) as llm:
-        config = setup(tmp_path, llm.base_url)
+        config = setup(tmp_path, llm.base_url, concurrency=1)
 
         async def go() -> None:
             async with stdio(config) as client:
@@ -210,6 +215,8 @@ def test_a_client_that_cancels_the_call_cancels_the_run(tmp_path: Path) -> None:
 
                     group.start_soon(call)
                     await anyio.to_thread.run_sync(model.held.wait, GUARD)
+                    busy = await client.call_tool("reviewer", {"task": "more"})  # 1 at once
+                    assert busy.is_error and "serve.concurrency" in text_of(busy)
                     group.cancel_scope.cancel()  # the SDK sends notifications/cancelled
                 runs = tmp_path / "runs"
 
@@ -255,3 +262,19 @@ def test_the_sdk_stays_off_the_startup_path(tmp_path: Path) -> None:
         off.write_text(json.dumps(data))
         assert _sdk_modules(["-c", app % str(off)], ws) == set()
         assert "mcp.server.lowlevel" in _sdk_modules(["-c", app % str(config)], ws)
+
+
+def test_only_an_accepted_yes_approves() -> None:
+    from fabric.interfaces.mcp.calls import _answer_of
+
+    yes = types.ElicitResult(action="accept", content={"approve": True})
+    assert _answer_of(yes).approved and _answer_of(yes).by == "mcp"
+    for reply in [
+        types.ElicitResult(action="accept", content={"approve": "true"}),
+        types.ElicitResult(action="decline"),
+        types.ElicitResult(action="cancel", content={"approve": True}),
+        {"action": "accept", "content": [True]},
+        None,
+        "yes",
+    ]:
+        assert not _answer_of(reply).approved, reply

@@ -104,7 +104,9 @@ class Calls:
         self.live: dict[str, LiveCall] = {}
 
     def busy(self) -> bool:
-        return len(self.live) >= self.limit
+        """Whether ``limit`` runs are going on (ended ones kept for a late answer do not count)."""
+        going = [c for c in self.live.values() if c.task is None or not c.task.done()]
+        return len(going) >= self.limit
 
     def add(self, call: LiveCall) -> None:
         self.live[call.key] = call
