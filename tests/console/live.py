@@ -4,7 +4,7 @@ scripted loopback OpenAI-compatible server, and the page logged in to it through
 
 The model answers each run by the script of a tag its task text holds (``model.script("#live",
 ...)``: the reply to its first call, its second, ...; then it finishes). A test can hold a
-reply until it says so (``model.hold("#live", step)``) to look at a run mid-way.
+reply until it says so (``model.hold("#live", call)``) to look at a run mid-way.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.test_service import GUARD, TOKEN, Service, project, step_of
+from e2e.test_service import GUARD, TOKEN, Service, project
 
 from fabric.testing import MockOpenAIServer, completion
 
 from .conftest import Tab
+from .runlogs import ELEMENTS_FROM_PAYLOADS
 
 Reply = dict[str, Any] | tuple[int, Any] | Callable[[dict[str, Any]], Any]
 """A completion body (answered 200), a (status, body) pair, or a function of the request body
@@ -35,6 +36,11 @@ VIEWPORT = {"width": 1280, "height": 800}
 
 def finish(summary: str) -> dict[str, Any]:
     return completion(None, [("finish_task", {"summary": summary})])
+
+
+def call_of(body: dict[str, Any]) -> int:
+    """Which model call of its run a request is (0-based): the model's replies so far."""
+    return sum(1 for m in body["messages"] if m["role"] == "assistant")
 
 
 def last_tool_output(body: dict[str, Any]) -> str:
@@ -73,22 +79,22 @@ class ScriptedModel:
         self.scripts[tag] = list(replies)
         return tag
 
-    def hold(self, tag: str, step: int) -> Hold:
-        """Hold the model call ``step`` (0-based) of the runs of ``tag`` until released."""
-        held = self.holds[(tag, step)] = Hold()
+    def hold(self, tag: str, call: int) -> Hold:
+        """Hold the model call ``call`` (0-based) of the runs of ``tag`` until released."""
+        held = self.holds[(tag, call)] = Hold()
         return held
 
     def answer(self, body: dict[str, Any]) -> tuple[int, Any]:
         task = str(next(m["content"] for m in body["messages"] if m["role"] == "user"))
         tags = sorted((t for t in self.scripts if t in task), key=len, reverse=True)
         tag = tags[0] if tags else ""
-        step = step_of(body)
-        held = self.holds.get((tag, step))
+        call = call_of(body)
+        held = self.holds.get((tag, call))
         if held is not None:
             held.reached.set()
             assert held.go.wait(GUARD * 4), "the test never let the model go"
         replies = self.scripts.get(tag, [])
-        reply = replies[step] if step < len(replies) else finish(f"done: {task}")
+        reply = replies[call] if call < len(replies) else finish(f"done: {task}")
         if callable(reply):
             reply = reply(body)
         return reply if isinstance(reply, tuple) else (200, reply)
@@ -217,3 +223,24 @@ def screenshot(opened: Tab, name: str) -> None:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         opened.page.screenshot(path=str(Path(folder) / f"console-{name}.png"))
+
+
+def assert_nothing_ran(opened: Tab, scripts: tuple[str, ...] = ("module",)) -> None:
+    """No payload shown on the page ran or became markup: no dialog, no uncaught error, no
+    CSP violation, the payloads' marker unset, none of their elements (or event handler
+    attributes) in the page, only the page's own ``scripts``, links only to the console."""
+    found: dict[str, Any] = opened.page.evaluate(ELEMENTS_FROM_PAYLOADS)
+    assert found["bad"] == [] and found["handlers"] == [], found
+    assert found["scripts"] == list(scripts)
+    hrefs = opened.page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))")
+    assert all(h.startswith(("#/", "/")) and not h.startswith("//") for h in hrefs), hrefs
+    assert opened.page.evaluate("typeof window.__pwned") == "undefined"
+    opened.assert_clean()
+
+
+def texts(opened: Tab, selector: str) -> list[str]:
+    """The text content of every element ``selector`` finds."""
+    found: list[str] = opened.page.eval_on_selector_all(
+        selector, "es => es.map(e => e.textContent)"
+    )
+    return found
