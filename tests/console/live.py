@@ -205,9 +205,17 @@ def live_service(folder: Path, packs: dict[str, Any] | None = None) -> Iterator[
             yield Live(service, model, folder)
 
 
+def live_tab(tab: Callable[..., Tab], **options: Any) -> Tab:
+    """A 1280x800 page (``tab()``) that waits up to 30 s for what it is told to wait for: a
+    guard against a hang on a busy machine, never a measure of speed."""
+    opened = tab(viewport=VIEWPORT, **options)
+    opened.page.set_default_timeout(GUARD * 1000)
+    return opened
+
+
 def open_console(tab: Callable[..., Tab], url: str, route: str = "#/runs") -> Tab:
-    """A 1280x800 page on the console's ``route``, logged in through its login view."""
-    opened = tab(viewport=VIEWPORT)
+    """A page (``live_tab``) on the console's ``route``, logged in through its login view."""
+    opened = live_tab(tab)
     page = opened.page
     page.goto(f"{url}/console/{route}")
     page.wait_for_selector("main#view[data-view=login][data-state=ready]")

@@ -19,11 +19,11 @@ from fabric.testing import completion
 
 from .conftest import Tab
 from .live import (
-    VIEWPORT,
     Live,
     finish,
     last_tool_output,
     live_service,
+    live_tab,
     open_console,
     screenshot,
     service_env,
@@ -49,7 +49,7 @@ def _let_held_calls_go(live: Live) -> Iterator[None]:
 def test_login_keeps_a_strict_httponly_session_across_a_reload_until_logout(
     tab: Callable[..., Tab], live: Live
 ) -> None:
-    opened = tab(viewport=VIEWPORT)
+    opened = live_tab(tab)
     page = opened.page
     page.goto(f"{live.url}/console/")
     page.wait_for_selector("main[data-view=login][data-state=ready]")
@@ -298,7 +298,7 @@ def test_the_share_file_opens_from_disk_with_the_network_off(
     saved = tmp_path / "shared-run.html"
     download.value.save_as(saved)
 
-    offline = tab(offline=True, viewport=VIEWPORT)
+    offline = live_tab(tab, offline=True)
     asked: list[str] = []
     offline.page.on("request", lambda request: asked.append(request.url))
     offline.page.goto(saved.as_uri())
@@ -392,10 +392,10 @@ def test_the_runs_list_shows_command_line_runs_and_tasks_and_follows_them(
     later = live.model.script("#list-later")
     held = live.model.hold(later, 0)
     later_id = live.submit("writer", "write later", later)
-    page.wait_for_selector(f"tr[data-run-id='{later_id}'] .status-running", timeout=30_000)
+    page.wait_for_selector(f"tr[data-run-id='{later_id}'] .status-running")
     assert _rows(page) == [later_id, failed_id, done_id, cli_id]
     held.release()
-    page.wait_for_selector(f"tr[data-run-id='{later_id}'] .status-completed", timeout=30_000)
+    page.wait_for_selector(f"tr[data-run-id='{later_id}'] .status-completed")
     assert _cells(page, later_id)[5] == "1"
     opened.assert_clean()
 

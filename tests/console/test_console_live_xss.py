@@ -21,11 +21,11 @@ from fabric.testing import completion
 from .conftest import Tab
 from .live import (
     SUMMARY,
-    VIEWPORT,
     Live,
     assert_nothing_ran,
     finish,
     live_service,
+    live_tab,
     open_console,
     texts,
 )
@@ -198,7 +198,7 @@ def test_the_share_file_opened_from_disk(
     saved = tmp_path / "hostile-run.html"
     download.value.save_as(saved)
 
-    offline = tab(offline=True, viewport=VIEWPORT)
+    offline = live_tab(tab, offline=True)
     asked: list[str] = []
     offline.page.on("request", lambda request: asked.append(request.url))
     offline.page.goto(saved.as_uri())
