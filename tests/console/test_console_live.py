@@ -182,6 +182,57 @@ def test_denying_a_pending_call_tells_the_model(tab: Callable[..., Tab], live: L
     opened.assert_clean()
 
 
+def test_a_task_queued_behind_another_shows_queued_then_runs_live(
+    tab: Callable[..., Tab], live: Live
+) -> None:
+    first = live.model.script("#queue-first")
+    held = live.model.hold(first, 0)
+    second = live.model.script(
+        "#queue-second",
+        completion(None, [("write_file", {"path": "second.txt", "content": "2\n"})]),
+        finish("wrote second.txt"),
+    )  # fmt: skip
+    shared = live.workspace_of("#queue")  # one workspace: one task at a time
+    live.service.submit("writer", f"go first {first}", workspace=shared)
+    held.wait_reached()
+    second_id = live.service.submit("writer", f"go second {second}", workspace=shared)
+    opened = open_console(tab, live.url, f"#/runs/{second_id}")
+    page = opened.page
+    assert page.inner_text("#run-status") == "queued"
+    assert page.inner_text(".tl-summary .status") == "queued"
+    assert page.locator("#cancel").is_visible()
+    held.release()
+    page.wait_for_selector("#run-status.status-completed")
+    assert page.inner_text(".payload td.value") == "wrote second.txt"
+    opened.assert_clean()
+
+
+def test_a_long_output_is_folded_with_a_link_to_the_whole_of_it(
+    tab: Callable[..., Tab], live: Live
+) -> None:
+    lines = "".join(f"line {n} of a long file, {'and more ' * 8}\n" for n in range(1, 401))
+    tag = live.model.script(
+        "#long",
+        completion(None, [("write_file", {"path": "long.txt", "content": lines})]),
+        completion(None, [("read_file", {"path": "long.txt"})]),
+        finish("read long.txt"),
+    )  # fmt: skip
+    run_id = live.submit("writer", "read a long file", tag)
+    assert live.service.wait_final(run_id)["status"] == "completed"
+    opened = open_console(tab, live.url, f"#/runs/{run_id}")
+    page = opened.page
+    read = page.locator(".item.call").nth(1)
+    assert read.locator(".tool").inner_text() == "read_file"
+    assert read.locator("pre.output.preview").inner_text().endswith("…")
+    assert "line 400 of" not in read.inner_text()  # a preview; the whole is the artifact
+    opened.assert_clean()
+    read.locator(".artifact-link").click()
+    page.wait_for_url(f"**/runs/{run_id}/artifacts/*")
+    whole = page.inner_text("body")
+    assert whole.startswith("  1| line 1 of a long file, and more")
+    assert "400| line 400 of a long file, and more" in whole
+
+
 def test_cancel_from_the_page_ends_the_run_cancelled(tab: Callable[..., Tab], live: Live) -> None:
     tag = live.model.script("#cancel")
     held = live.model.hold(tag, 0)
@@ -337,7 +388,6 @@ def test_the_runs_list_shows_command_line_runs_and_tasks_and_follows_them(
         finish("wrote list.txt"),
     )  # fmt: skip
     failed = live.model.script("#list-failed", (400, {"error": {"message": "no such model"}}))
-    cli_id = live.cli_run("reviewer", "review the list code", cli)["run_id"]
     done_id = live.submit("writer", "write list.txt", done)
     assert live.service.wait_final(done_id)["status"] == "completed"
     failed_id = live.submit("writer", "write nothing", failed)
@@ -345,37 +395,25 @@ def test_the_runs_list_shows_command_line_runs_and_tasks_and_follows_them(
 
     opened = open_console(tab, live.url)
     page = opened.page
-    page.wait_for_selector(f"tr[data-run-id='{cli_id}']")
     page.wait_for_selector("#runs-live.on")
-    screenshot(opened, "runs")
     page.fill("#filter-q", "#LIST-")  # the search ignores case
-    page.wait_for_function("() => document.querySelectorAll('tr[data-run-id]').length === 3")
-    assert _rows(page) == [failed_id, done_id, cli_id]  # newest first
+    page.wait_for_function("() => document.querySelectorAll('tr[data-run-id]').length === 2")
+    assert _rows(page) == [failed_id, done_id]  # newest first
+
+    # `fabric run` in another process, on the same runs folder: it shows up as it is
+    cli_id = live.cli_run("reviewer", "review the list code", cli)["run_id"]
+    page.wait_for_selector(f"tr[data-run-id='{cli_id}'] .status-completed")
+    assert _rows(page) == [cli_id, failed_id, done_id]
+    # status, run, pack, model, task, steps, tokens
     assert _cells(page, done_id)[:7] == [
-        "completed",
-        done_id,
-        "writer",
-        "m",
-        "write list.txt #list-done",
-        "2",
-        "30",
-    ]  # status, run, pack, model, task, steps, tokens
+        "completed", done_id, "writer", "m", "write list.txt #list-done", "2", "30"
+    ]  # fmt: skip
     assert _cells(page, cli_id)[:7] == [
-        "completed",
-        cli_id,
-        "reviewer",
-        "m",
-        "review the list code #list-cli",
-        "1",
-        "15",
-    ]
+        "completed", cli_id, "reviewer", "m", "review the list code #list-cli", "1", "15"
+    ]  # fmt: skip
     assert _cells(page, failed_id)[:5] == [
-        "failed",
-        failed_id,
-        "writer",
-        "m",
-        "write nothing #list-failed",
-    ]
+        "failed", failed_id, "writer", "m", "write nothing #list-failed"
+    ]  # fmt: skip
     assert "no such model" in (page.get_attribute(f"tr[data-run-id='{failed_id}']", "title") or "")
 
     page.select_option("#filter-status", "failed")
@@ -393,10 +431,15 @@ def test_the_runs_list_shows_command_line_runs_and_tasks_and_follows_them(
     held = live.model.hold(later, 0)
     later_id = live.submit("writer", "write later", later)
     page.wait_for_selector(f"tr[data-run-id='{later_id}'] .status-running")
-    assert _rows(page) == [later_id, failed_id, done_id, cli_id]
+    assert _rows(page) == [later_id, cli_id, failed_id, done_id]
     held.release()
     page.wait_for_selector(f"tr[data-run-id='{later_id}'] .status-completed")
     assert _cells(page, later_id)[5] == "1"
+
+    page.fill("#filter-q", "")  # every run again (those of the other tests too)
+    page.wait_for_function("() => location.hash === '#/runs'")
+    page.wait_for_function("() => document.querySelectorAll('tr[data-run-id]').length >= 4")
+    screenshot(opened, "runs")
     opened.assert_clean()
 
 
