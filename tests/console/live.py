@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from e2e.test_service import GUARD, TOKEN, Service, project
 
 from fabric.testing import MockOpenAIServer, completion
@@ -193,6 +194,20 @@ class Live:
         assert done.stdout, done.stderr
         result: dict[str, Any] = json.loads(done.stdout)
         return result
+
+
+class RestartedService(Service):
+    """``fabric serve`` started again, on the port of ``old`` (which died): a page left open
+    on the old one finds the new one where it was."""
+
+    def __init__(self, old: Service) -> None:
+        super().__init__(old.config, env=old.env)
+        self.client.close()
+        self.port, self.url = old.port, old.url
+        self.log_path = old.log_path.with_name(f"serve-{old.port}-again.log")
+        self.client = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=GUARD
+        )
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e.test_service import TOKEN, Service
+from e2e.test_service import TOKEN
 from playwright.sync_api import Page
 
 from fabric.testing import completion
@@ -20,13 +20,13 @@ from fabric.testing import completion
 from .conftest import Tab
 from .live import (
     Live,
+    RestartedService,
     finish,
     last_tool_output,
     live_service,
     live_tab,
     open_console,
     screenshot,
-    service_env,
 )
 from .pages import flat
 
@@ -262,6 +262,8 @@ def test_a_run_stopped_at_max_steps_resumes_from_the_page(
     opened = open_console(tab, live.url, f"#/runs/{run_id}")
     page = opened.page
     page.wait_for_selector("#run-status.status-max_steps")
+    page.wait_for_function("() => document.querySelector('#resume-steps').value !== ''")
+    assert page.input_value("#resume-steps") == "2"  # the step done and its limit again
     page.fill("#resume-steps", "3")
     page.click("#resume")
     page.wait_for_selector("#run-status.status-completed")
@@ -472,14 +474,17 @@ def test_a_run_cut_by_a_crash_resumes_from_the_page(
         )  # fmt: skip
         held = first.model.hold(tag, 1)
         run_id = first.submit("writer", "write crashed.txt", tag)
+        opened = open_console(tab, first.url, f"#/runs/{run_id}")
+        page = opened.page
+        page.wait_for_selector(".item.call.call-ok")  # the write is done; the model is held
         held.wait_reached()
-        first.service.kill()  # SIGKILL, mid-run
+        assert page.inner_text("#run-status") == "running"
+        first.service.kill()  # SIGKILL, mid-run, with the page open on it
         held.release()  # (the answer goes nowhere)
-        with Service(first.service.config, env=service_env(tmp_path)) as second:
-            opened = open_console(tab, second.url, f"#/runs/{run_id}")
-            page = opened.page
+        with RestartedService(first.service):
             page.wait_for_selector("#run-status.status-interrupted")
             assert page.locator(".item.finished").count() == 0
+            assert page.locator("#cancel").count() == 0
             page.click("#resume")
             page.wait_for_selector("#run-status.status-completed")
             assert page.inner_text(".item.resumed") == (
