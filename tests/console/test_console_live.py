@@ -445,6 +445,33 @@ def test_the_runs_list_shows_command_line_runs_and_tasks_and_follows_them(
     opened.assert_clean()
 
 
+def test_the_live_list_keeps_the_order_a_reload_gives(tab: Callable[..., Tab], live: Live) -> None:
+    """Newest first is by submission (run id), also for a task that waited in the queue and
+    began after a newer one."""
+    busy = live.model.script("#order-busy")
+    held = live.model.hold(busy, 0)
+    shared = live.workspace_of("#order")
+    opened = open_console(tab, live.url)
+    page = opened.page
+    page.wait_for_selector("#runs-live.on")
+    page.fill("#filter-q", "#order-")
+    page.wait_for_function("() => location.hash.includes('q=')")
+    busy_id = live.service.submit("writer", f"keep it busy {busy}", workspace=shared)
+    page.wait_for_selector(f"tr[data-run-id='{busy_id}'] .status-running")
+    queued_id = live.service.submit("writer", "wait for it #order-queued", workspace=shared)
+    page.wait_for_selector(f"tr[data-run-id='{queued_id}'] .status-queued")
+    free_id = live.submit("writer", "run at once", "#order-free")
+    page.wait_for_selector(f"tr[data-run-id='{free_id}'] .status-completed")
+    assert _rows(page) == [free_id, queued_id, busy_id]
+    held.release()
+    page.wait_for_selector(f"tr[data-run-id='{queued_id}'] .status-completed")
+    assert _rows(page) == [free_id, queued_id, busy_id]
+    page.reload()
+    page.wait_for_selector(f"tr[data-run-id='{queued_id}']")
+    assert _rows(page) == [free_id, queued_id, busy_id]
+    opened.assert_clean()
+
+
 def test_the_packs_page_shows_each_packs_tools_policy_and_schema(
     tab: Callable[..., Tab], live: Live
 ) -> None:
