@@ -1,11 +1,11 @@
-"""Script and HTML payloads through the real path: a pack whose name and description in
-fabric.yaml hold markup, task text, the model's words, tool-call arguments and file names, a
-file's content read back by a tool, error messages (a missing file, the model server's
-refusal, a bad workspace) — all through a real ``fabric serve`` and its scripted model, then
-shown in Chromium on the runs list, a run page (with an approval box), the packs page, the
-new-task form and the share file opened offline. Nothing runs (no dialog, the payloads'
-marker unset, none of their elements in the page, no CSP violation) and each reads as it was
-written."""
+"""Script and HTML payloads through the real path: a pack whose name, description and policy
+rules in fabric.yaml hold markup, task text, the model's words, tool-call arguments and file
+names, a tool the pack lacks, a file's content read back by a tool, error messages (a missing
+file, the model server's refusal, a bad workspace) — all through a real ``fabric serve`` and
+its scripted model, then shown in Chromium on the runs list, a run page (with an approval
+box), the packs page, the new-task form and the share file opened offline. Nothing runs (no
+dialog, the payloads' marker unset, none of their elements in the page, no CSP violation) and
+each reads as it was written."""
 
 from __future__ import annotations
 
@@ -35,6 +35,15 @@ PACK = f"{PAYLOADS[0]} {PAYLOADS[1]} {PAYLOADS[4]} notes"
 """A pack name with markup (the API takes names of 200 characters at most)."""
 FILE = '<img src=x onerror="window.__pwned=1;alert(1)">.txt'
 """A file name the workspace takes: written, then read back."""
+MARKED = '<i onmouseover="window.__pwned=9;alert(9)">'
+ASKED = f"{MARKED}asked.txt"
+"""A file name the pack's policy asks about, by a rule whose path is markup too."""
+RULES = [
+    {"tool": "read_file", "path": f"{PAYLOADS[4]}/*", "verdict": "deny"},
+    {"tool": "write_file", "path": f"{MARKED}*", "verdict": "ask"},
+]
+TOOL = f"{PAYLOADS[0]}tool"
+"""A tool the model calls that the pack does not have."""
 MARKUP = PAYLOADS[:-1]
 """The payloads that are markup (the last one is line separators, which some messages show
 escaped or as spaces)."""
@@ -49,7 +58,7 @@ class HostileRuns:
     live: Live
     run_id: str
     """Writes FILE (the payloads its content) and a file named with the payloads, reads FILE
-    back and a missing file, and finishes with the payloads."""
+    back and a missing file, calls a tool the pack lacks, and finishes with the payloads."""
     failed_id: str
     """Failed: the model server refused it with the payloads as its message."""
 
@@ -62,6 +71,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileRuns]:
         "system_prompt": "You write files.",
         "tools": ["read_file", "write_file"],
         "finish_schema": SUMMARY,
+        "sandbox": {"policy": {"rules": RULES}},
     }
     with live_service(tmp_path_factory.mktemp("xss"), {PACK: pack}) as live:
         tag = live.model.script(
@@ -73,6 +83,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostileRuns]:
             completion(None, [
                 ("read_file", {"path": FILE}),
                 ("read_file", {"path": hostile("missing file")}),
+                (TOOL, {hostile("argument name"): hostile("argument")}),
             ]),
             finish(hostile("payload value")),
         )  # fmt: skip
@@ -128,8 +139,15 @@ def test_the_run_page(tab: Callable[..., Tab], runs: HostileRuns) -> None:
     assert any(hostile("file content").split("\u2028")[0] in line for line in shown["diff"])
     assert f"wrote 1 bytes to {hostile('file name')}" in shown["outputs"]
     assert f"  1| {hostile('file content')}\n" in shown["outputs"]  # the file, read back
-    (missing,) = shown["errors"]
+    assert hostile("argument") in shown["arguments"]
+    assert hostile("argument name") in texts(opened, ".args dt")
+    assert TOOL in texts(opened, ".item.call .tool")
+    missing, unknown = shown["errors"]
     assert has_every_payload(missing) and "[missing file]" in missing
+    assert TOOL in unknown, unknown
+    page.click(".item.started summary")  # the run's setup: its prompt, limits and policy
+    rules = texts(opened, ".item.started .rules td")
+    assert RULES[0]["path"] in rules and RULES[1]["path"] in rules
     assert_nothing_ran(opened)
 
     page.goto(f"{runs.live.url}/console/#/runs/{runs.failed_id}")
@@ -143,17 +161,20 @@ def test_the_run_page(tab: Callable[..., Tab], runs: HostileRuns) -> None:
 def test_an_approval_box(tab: Callable[..., Tab], runs: HostileRuns) -> None:
     live = runs.live
     tag = live.model.script(
-        "#xss-ask", completion(hostile("asking"), [("write_file", {"path": FILE, "content": "ok"})])
+        "#xss-ask",
+        completion(hostile("asking"), [("write_file", {"path": ASKED, "content": "ok"})]),
     )
-    run_id = live.submit("asker", hostile("ask task"), tag)
+    run_id = live.submit(PACK, hostile("ask task"), tag)
     opened = open_console(tab, live.url, f"#/runs/{run_id}")
     page = opened.page
     page.wait_for_selector(".approval-box")
-    assert json.dumps(FILE) in texts(opened, ".approval-box .approval-args")[0]  # JSON, as text
+    rule = texts(opened, ".approval-box .rule")[0]
+    assert f"path: {json.dumps(RULES[1]['path'])}" in rule  # the rule that asked, as text
+    assert json.dumps(ASKED) in texts(opened, ".approval-box .approval-args")[0]  # JSON, as text
     assert_nothing_ran(opened)
     page.click(".approval-box button.approve")
     page.wait_for_selector("#run-status.status-completed")
-    assert (live.workspace / "xss-ask" / FILE).read_text() == "ok"
+    assert (live.workspace / "xss-ask" / ASKED).read_text() == "ok"
     assert_nothing_ran(opened)
 
 
@@ -166,6 +187,8 @@ def test_the_packs_page_and_the_new_task_form(tab: Callable[..., Tab], runs: Hos
     section = page.locator("section.pack").nth(names.index(PACK))
     assert section.get_attribute("data-pack") == PACK
     assert section.locator(".pack-description").text_content() == hostile("pack description")
+    rules = section.locator(".rules td").all_text_contents()
+    assert RULES[0]["path"] in rules and RULES[1]["path"] in rules
     assert_nothing_ran(opened)
 
     page.click("#nav a[data-view=new]")
