@@ -17,13 +17,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import httpx
 from e2e.test_service import GUARD, TOKEN, Service, project
 
-from fabric.testing import MockOpenAIServer, completion
+from fabric.testing import MockOpenAIServer, completion, stream_chunks
 
 from .conftest import Tab
 from .runlogs import ELEMENTS_FROM_PAYLOADS
@@ -63,13 +64,54 @@ class Hold:
         assert self.reached.wait(GUARD), "the model call never came"
 
 
+_MID_STREAM = "_hold_mid_stream"
+
+
+def _says(chunk: dict[str, Any]) -> bool:
+    """Whether a streamed chunk carries text of the reply."""
+    return bool(chunk["choices"]) and bool(chunk["choices"][0]["delta"].get("content"))
+
+
+class _PausingServer(MockOpenAIServer):
+    """A ``MockOpenAIServer`` that can stop a streamed reply after its text, until released
+    (a reply that carries a ``Hold`` under ``_MID_STREAM``)."""
+
+    def _request_handler(self) -> type[BaseHTTPRequestHandler]:
+        base: Any = super()._request_handler()
+
+        class Handler(base):  # type: ignore[misc,valid-type]
+            def _send_stream(self, answer: dict[str, Any]) -> None:
+                held: Hold | None = answer.pop(_MID_STREAM, None)
+                if held is None:
+                    super()._send_stream(answer)
+                    return
+                chunks = stream_chunks(answer)
+                cut = 1 + max(i for i, c in enumerate(chunks) if _says(c))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")  # the end of the body: the close
+                self.end_headers()
+                for chunk in chunks[:cut]:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                held.reached.set()
+                if held.go.wait(GUARD * 4):
+                    for chunk in chunks[cut:]:
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                self.close_connection = True
+
+        return Handler
+
+
 class ScriptedModel:
     """The loopback model: a ``MockOpenAIServer`` whose handler picks the script by tag."""
 
     def __init__(self) -> None:
         self.scripts: dict[str, list[Reply]] = {}
         self.holds: dict[tuple[str, int], Hold] = {}
-        self.server = MockOpenAIServer(self.answer, models=["m"])
+        self.mid_stream: dict[tuple[str, int], Hold] = {}
+        self.server = _PausingServer(self.answer, models=["m"])
 
     @property
     def base_url(self) -> str:
@@ -85,6 +127,12 @@ class ScriptedModel:
         held = self.holds[(tag, call)] = Hold()
         return held
 
+    def hold_mid_stream(self, tag: str, call: int) -> Hold:
+        """Stream the reply to model call ``call`` of the runs of ``tag`` up to the end of its
+        text, and the rest (its tool calls, its end) once released."""
+        held = self.mid_stream[(tag, call)] = Hold()
+        return held
+
     def answer(self, body: dict[str, Any]) -> tuple[int, Any]:
         task = str(next(m["content"] for m in body["messages"] if m["role"] == "user"))
         tags = sorted((t for t in self.scripts if t in task), key=len, reverse=True)
@@ -98,10 +146,12 @@ class ScriptedModel:
         reply = replies[call] if call < len(replies) else finish(f"done: {task}")
         if callable(reply):
             reply = reply(body)
+        if (tag, call) in self.mid_stream and isinstance(reply, dict):
+            reply = {**reply, _MID_STREAM: self.mid_stream[(tag, call)]}
         return reply if isinstance(reply, tuple) else (200, reply)
 
     def release_all(self) -> None:
-        for held in self.holds.values():
+        for held in [*self.holds.values(), *self.mid_stream.values()]:
             held.release()
 
     def __enter__(self) -> ScriptedModel:

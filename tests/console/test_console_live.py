@@ -97,6 +97,7 @@ def test_a_run_updates_live_as_the_model_goes(tab: Callable[..., Tab], live: Liv
         finish("wrote and read live-notes.txt"),
     )  # fmt: skip
     first, second = live.model.hold(tag, 0), live.model.hold(tag, 1)
+    saying = live.model.hold_mid_stream(tag, 0)  # its words sent, its tool call not yet
     run_id = live.submit("writer", "write the notes", tag)
     first.wait_reached()
 
@@ -107,8 +108,18 @@ def test_a_run_updates_live_as_the_model_goes(tab: Callable[..., Tab], live: Liv
     assert page.locator(".item.call").count() == 0
     assert page.locator("#cancel").is_visible()
 
-    first.release()
+    first.release()  # the model's words stream in, as they come
+    page.wait_for_selector(".model-text.streaming")
+    saying.wait_reached()
+    page.wait_for_function(
+        "() => document.querySelector('.model-text.streaming').textContent.endsWith('first.')"
+    )
+    assert page.inner_text(".model-text.streaming") == "I will write the notes first."
+    assert page.locator(".item.call").count() == 0
+
+    saying.release()
     page.wait_for_selector(".item.call .tool >> text=write_file")
+    assert page.locator(".model-text.streaming").count() == 0
     call = flat(page.inner_text(".item.call >> nth=0"))
     assert "live-notes.txt" in call and "one two" in call
     assert "I will write the notes first." in page.inner_text(".model-text >> nth=0")
