@@ -126,6 +126,12 @@ def test_a_run_updates_live_as_the_model_goes(tab: Callable[..., Tab], live: Liv
     page.wait_for_selector(".item.call.call-ok >> nth=0")
     assert page.inner_text("#run-status") == "running"
     assert page.locator(".item.finished").count() == 0
+    # the write as a diff of the file it created, and what the step cost
+    assert page.inner_text(".change-path") == "live-notes.txt"
+    assert page.inner_text(".change-what") == "created"
+    adds = page.eval_on_selector_all(".d-add", "ds => ds.map(d => d.textContent)")
+    assert adds == ["+one\n", "+two\n"]
+    assert page.inner_text(".item.step .usage >> nth=0") == "15 tokens (10 in, 5 out)"
 
     second.release()
     page.wait_for_selector("#run-status.status-completed")
@@ -498,6 +504,15 @@ def test_the_packs_page_shows_each_packs_tools_policy_and_schema(
     page.click("section.pack[data-pack=asker] a.new-with-pack")
     page.wait_for_selector("main[data-view=new][data-state=ready]")
     assert page.input_value("#new-pack") == "asker"
+
+    page.click("#nav a[data-view=models]")  # and the models, with what the runs measured
+    page.wait_for_selector("main[data-view=models][data-state=ready]")
+    assert "A run of engineering would use m on openai" in page.inner_text("#model-pick")
+    measured = live.submit("writer", "measure the model", "#models")  # a reply, at least
+    assert live.service.wait_final(measured)["status"] == "completed"
+    page.reload()
+    page.wait_for_selector("tr.measured-row")
+    assert flat(page.inner_text("tr.measured-row")).startswith("openai mock ")
     opened.assert_clean()
 
 
