@@ -2,7 +2,7 @@
 served by ``fake_api`` on 127.0.0.1 with the contract's CSP: login on a 401 (the token kept out
 of the page), the CSRF header on posts, the runs list with its filters, search and live
 updates, the new-task form, the packs and models pages. The same journeys against a real
-``fabric serve`` come with the API branch."""
+``fabric serve``: ``test_console_live.py``."""
 
 from __future__ import annotations
 

@@ -21,6 +21,8 @@ from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 
 from fabric.domain.errors import ConfigError
+from fabric.domain.secrets import Secrets
+from fabric.interfaces.http.redaction import RedactSecrets
 from fabric.interfaces.http.security import BearerAuth, BodyLimit, HostCheck
 from fabric.interfaces.http.tokens import (
     ENV_SOURCE,
@@ -405,6 +407,51 @@ def test_server_sent_events_pass_through_the_whole_stack_unbuffered() -> None:
         b"event: step\nid: 1\ndata: {}\n\n",
         b"event: run_finished\nid: 2\ndata: {}\n\n",
     ]
+
+
+def test_an_event_streams_head_leaves_before_its_first_event_through_redaction() -> None:
+    """A stream may say nothing for a while (``/runs/stream`` speaks when a run changes): its
+    head must not wait for its first event, or a page's EventSource never opens meanwhile.
+    The app sends nothing until the client has the head, so holding it back hangs here."""
+    client_has_head = asyncio.Event()
+    app = FastAPI()
+
+    @app.get("/events")
+    async def events() -> StreamingResponse:
+        async def stream() -> Any:
+            await client_has_head.wait()
+            yield f"event: run\ndata: {TOKEN}\n\n".encode()  # (an endpoint redacts its own)
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client stays connected
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.start":
+            client_has_head.set()
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+        "scheme": "http", "path": "/events", "raw_path": b"/events", "query_string": b"",
+        "root_path": "", "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8321),
+        "headers": [(b"host", b"localhost:8321")],
+    }  # fmt: skip
+    redacting = RedactSecrets(app, secrets=Secrets([TOKEN]))
+
+    async def until_the_first_event() -> None:
+        task = asyncio.ensure_future(redacting(scope, receive, send))
+        while not any(m.get("body") for m in sent):
+            await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(asyncio.wait_for(until_the_first_event(), 10))  # guards a hang only
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert sent[1]["body"] == f"event: run\ndata: {TOKEN}\n\n".encode()
 
 
 # --- the token file and the bind address -------------------------------------------------------

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fabric.domain.secrets import Secrets
 
 _TEXT_TYPES = (b"application/json", b"application/x-ndjson", b"text/")
+_EVENT_STREAM = b"text/event-stream"
 
 
 class RedactSecrets:
@@ -21,7 +22,9 @@ class RedactSecrets:
     (its token, the API keys, secret-looking environment values), with its Content-Length
     set again: task documents, errors (the guards' refusals too, when this one is outside
     them), model listings. A streamed body (events, the runlog download) is its endpoint's to
-    redact (``Secrets.redact_lines``); it goes through as it is."""
+    redact (``Secrets.redact_lines``); it goes through as it is, and an event stream's head
+    at once: a client sees the stream open before its first event, which may be long in
+    coming (``/runs/stream`` sends one when a run changes)."""
 
     def __init__(self, app: ASGIApp, *, secrets: Secrets) -> None:
         self.app = app
@@ -61,7 +64,8 @@ def _header(message: Message, name: bytes) -> bytes:
 
 
 def _is_text(start: Message) -> bool:
-    return _header(start, b"content-type").startswith(_TEXT_TYPES)
+    kind = _header(start, b"content-type")
+    return kind.startswith(_TEXT_TYPES) and not kind.startswith(_EVENT_STREAM)
 
 
 def _with_length(headers: Any, body: bytes) -> list[tuple[bytes, bytes]]:

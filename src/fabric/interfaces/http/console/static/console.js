@@ -272,7 +272,7 @@ export function matches(summary, filters) {
 
 function runRow(s) {
   const tokens = s.tokens && typeof s.tokens === "object" ? s.tokens.total : null;
-  const row = h("tr", { "data-run-id": asText(s.run_id), "data-started": asText(s.started_at || s.run_id), class: "run" },
+  const row = h("tr", { "data-run-id": asText(s.run_id), class: "run" },
     h("td", null, statusBadge(s.status)),
     h("td", { class: "mono" }, link(runRoute(s.run_id), asText(s.run_id), "run-link"),
       s.replay_of ? h("div", { class: "muted" }, "replay") : null,
@@ -347,9 +347,10 @@ async function runsView(view, _args, params) {
     row.classList.add("fresh");
     if (old) {
       old.replaceWith(row);
-    } else {  // newest first: before the first row that started earlier
-      const key = asText(summary.started_at || summary.run_id);
-      const later = [...body.rows].find((r) => (r.dataset.started || "") < key);
+    } else {  // newest first as GET /runs has it: by run id, which begins with the time the
+      // run was asked for (a task that waited in the queue may start after newer ones)
+      const key = asText(summary.run_id);
+      const later = [...body.rows].find((r) => (r.dataset.runId || "") < key);
       if (later) later.before(row);
       else if (next) return;  // older than what is shown: it comes with "older runs"
       else body.appendChild(row);
