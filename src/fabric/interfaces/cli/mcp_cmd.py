@@ -5,10 +5,6 @@ on stdin and stdout, for an MCP client to start)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +24,7 @@ def serve(config: ConfigOpt = None) -> None:
     """Offer every pack of fabric.yaml as an MCP tool, and the runs as resources, on stdin and
     stdout: register this command in an MCP client (see the README). Workspaces are folders
     under serve.workspace_roots; logs go to stderr."""
+    import asyncio
     import logging
     import sys
 
@@ -52,6 +49,9 @@ def serve(config: ConfigOpt = None) -> None:
 def list_servers(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Start each MCP server of fabric.yaml, say whether it starts and list its tools as runs
     name them (server__tool); exit 1 when one does not start."""
+    import asyncio
+    import json
+
     loaded = load(config, as_json)
     rows = asyncio.run(_report(loaded))
     if as_json:
@@ -73,6 +73,9 @@ def list_servers(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
 
 
 async def _report(loaded: Any) -> list[dict[str, Any]]:
+    import shutil
+    import tempfile
+
     from fabric.config.schema import McpUse, SandboxSettings
     from fabric.domain.errors import McpError
     from fabric.infrastructure.mcp.toolbox import McpToolbox
