@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from .fake_api import FakeApi, serve
+from .fake_api import FakeApi, served
 from .pages import MODELS, PACK
 
 CHROMIUM = os.environ.get("FABRIC_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -104,10 +104,5 @@ def api() -> Iterator[FakeApi]:
     fake = FakeApi()
     fake.packs = [PACK]
     fake.models = MODELS
-    server = serve(fake)
-    try:
+    with served(fake):
         yield fake
-    finally:
-        fake.close()
-        server.shutdown()
-        server.server_close()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import queue
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -192,6 +194,18 @@ def summary(
 
 def _error(status: int, code: str, message: str, hint: str | None = None) -> tuple[int, Any]:
     return status, {"error": {"code": code, "message": message, "details": {"hint": hint}}}
+
+
+@contextmanager
+def served(api: FakeApi) -> Iterator[FakeApi]:
+    """``api`` on 127.0.0.1 for the length of the block, then closed and stopped."""
+    server = serve(api)
+    try:
+        yield api
+    finally:
+        api.close()
+        server.shutdown()
+        server.server_close()
 
 
 def serve(api: FakeApi) -> ThreadingHTTPServer:

@@ -207,6 +207,7 @@ def test_the_packs_page_and_the_new_task_form(tab: Callable[..., Tab], runs: Hos
     page.click("#new-submit")
     page.wait_for_selector("main[data-view=run][data-state=ready]")
     page.wait_for_selector("#run-status.status-completed")
+    page.wait_for_selector(".tl-summary .task dd")  # the summary comes with run_finished
     assert texts(opened, ".tl-summary .task dd") == [f"{hostile('form task')} #xss-form"]
     assert texts(opened, ".item.started .pack") == [PACK]
     assert_nothing_ran(opened)

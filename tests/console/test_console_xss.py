@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from .conftest import Tab
-from .fake_api import FakeApi, serve, summary
+from .fake_api import FakeApi, served, summary
 from .pages import MODELS, PACK, login
 from .runlogs import ELEMENTS_FROM_PAYLOADS, HOSTILE, HOSTILE_URL, PLACES, hostile, hostile_run
 
@@ -49,13 +49,8 @@ def api() -> Iterator[FakeApi]:
                 error={"code": "x", "message": hostile("summary error")}),
         events,
     )  # fmt: skip
-    server = serve(fake)
-    try:
+    with served(fake):
         yield fake
-    finally:
-        fake.close()
-        server.shutdown()
-        server.server_close()
 
 
 def _no_payload_ran(opened: Tab) -> None:

@@ -587,6 +587,7 @@ def test_secrets_never_leave_the_service(guarded: tuple[Service, Any]) -> None:
     for runlog in (service.config.parent / "runs").glob("*/runlog.jsonl"):
         assert API_KEY not in runlog.read_text()
     log = service.log()
+    assert f"web console: {service.url}/console" in log  # where to open the page
     assert '"event": "request"' in log  # it does log requests (and task lifecycle)
     assert '"task.finished"' in log
     assert TOKEN not in log

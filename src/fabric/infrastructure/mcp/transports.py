@@ -91,7 +91,7 @@ async def stdio_transport(
             temp=temp,
             command=[program, *settings.args],
             cgroups=group.procs_files if group else [],
-            search_path=os.pathsep.join([env["PATH"], str(cwd)]),
+            search_path=os.pathsep.join([env["PATH"], str(cwd), *_script_folders(settings)]),
             read_only=[p for p in place.read_only if os.path.lexists(p)],
             chdir=cwd,
         )
@@ -105,6 +105,17 @@ async def stdio_transport(
             group.kill_all()
             group.remove()
         git_files.remove(temp)
+
+
+def _script_folders(settings: McpServerSettings) -> list[str]:
+    """The folders of the server's arguments that name existing files by absolute path (its
+    script, say): kept visible, read-only, where the sandbox gives a folder a private copy
+    (a server script under /tmp would otherwise not be there for the server)."""
+    return [
+        str(Path(arg).parent)
+        for arg in settings.args
+        if Path(arg).is_absolute() and Path(arg).is_file()
+    ]
 
 
 @contextlib.asynccontextmanager

@@ -65,9 +65,10 @@ def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> 
     # The secrets the service keeps out of its answers and runlogs (``known_secrets(loaded,
     # token)``, built once by create_app) are kept out of its log lines too.
     configure_logging(app.state.service.runner.secrets)
+    url = f"http://{_url_host(bind_host)}:{bind_port}"
     sys.stderr.write(
-        f"fabric serve on http://{_url_host(bind_host)}:{bind_port} (token: {source}); "
-        "stop with Ctrl-C or SIGTERM\n"
+        f"fabric serve on {url} (token: {source}); stop with Ctrl-C or SIGTERM\n"
+        f"web console: {url}/console (log in there with the token)\n"
     )
     sys.stderr.flush()
     config = uvicorn.Config(
