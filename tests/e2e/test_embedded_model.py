@@ -116,12 +116,11 @@ def test_fabric_run_with_the_embedded_model(tmp_path: Path) -> None:
     events = assert_valid_runlog(out["runlog"])
     assert events[0]["backend"]["kind"] == "embedded"
     assert "started the embedded model" in proc.stderr
-    # plumbing, not quality: the model answered and its calls were run as tools
+    # plumbing, not quality: the model answered, its calls (read from its text) were handled,
+    # and the end says honestly what was done. The small model sometimes calls finish_task
+    # at once without doing anything: then the run must not say it completed the work.
     assert out["steps"] >= 1
-    assert any(e["kind"] == "tool_result" for e in events), proc.stderr
-    assert events[-1]["status"] in {
-        "completed",
-        "completed_unconfirmed",
-        "max_steps",
-        "invalid_output",
-    }, events[-1]
+    assert any(e["kind"] == "tool_call" for e in events), proc.stderr
+    worked = any(e["kind"] == "tool_result" and e["name"] != "finish_task" for e in events)
+    ends = {"completed_unconfirmed", "max_steps", "invalid_output"}
+    assert events[-1]["status"] in (ends | {"completed"} if worked else ends), events[-1]
