@@ -27,7 +27,6 @@ from e2e.test_service import GUARD, TOKEN, Service, project
 from fabric.testing import MockOpenAIServer, completion, stream_chunks
 
 from .conftest import Tab
-from .runlogs import ELEMENTS_FROM_PAYLOADS
 
 Reply = dict[str, Any] | tuple[int, Any] | Callable[[dict[str, Any]], Any]
 """A completion body (answered 200), a (status, body) pair, or a function of the request body
@@ -296,24 +295,3 @@ def screenshot(opened: Tab, name: str) -> None:
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         opened.page.screenshot(path=str(Path(folder) / f"console-{name}.png"))
-
-
-def assert_nothing_ran(opened: Tab, scripts: tuple[str, ...] = ("module",)) -> None:
-    """No payload shown on the page ran or became markup: no dialog, no uncaught error, no
-    CSP violation, the payloads' marker unset, none of their elements (or event handler
-    attributes) in the page, only the page's own ``scripts``, links only to the console."""
-    found: dict[str, Any] = opened.page.evaluate(ELEMENTS_FROM_PAYLOADS)
-    assert found["bad"] == [] and found["handlers"] == [], found
-    assert found["scripts"] == list(scripts)
-    hrefs = opened.page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))")
-    assert all(h.startswith(("#/", "/")) and not h.startswith("//") for h in hrefs), hrefs
-    assert opened.page.evaluate("typeof window.__pwned") == "undefined"
-    opened.assert_clean()
-
-
-def texts(opened: Tab, selector: str) -> list[str]:
-    """The text content of every element ``selector`` finds."""
-    found: list[str] = opened.page.eval_on_selector_all(
-        selector, "es => es.map(e => e.textContent)"
-    )
-    return found

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .fake_api import TOKEN, FakeApi
+from .runlogs import ELEMENTS_FROM_PAYLOADS
 
 if TYPE_CHECKING:
     from .conftest import Tab
@@ -73,3 +74,24 @@ def login(tab: Callable[..., Tab], api: FakeApi, route: str = "#/runs") -> Tab:
 def flat(text: str) -> str:
     """``text`` with its white space made single spaces (as a reader takes it in)."""
     return " ".join(text.split())
+
+
+def assert_nothing_ran(opened: Tab, scripts: tuple[str, ...] = ("module",)) -> None:
+    """No payload shown on the page ran or became markup: no dialog, no uncaught error, no
+    CSP violation, the payloads' marker unset, none of their elements (or event handler
+    attributes) in the page, only the page's own ``scripts``, links only to the console."""
+    found: dict[str, Any] = opened.page.evaluate(ELEMENTS_FROM_PAYLOADS)
+    assert found["bad"] == [] and found["handlers"] == [], found
+    assert found["scripts"] == list(scripts)
+    hrefs = opened.page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))")
+    assert all(h.startswith(("#/", "/")) and not h.startswith("//") for h in hrefs), hrefs
+    assert opened.page.evaluate("typeof window.__pwned") == "undefined"
+    opened.assert_clean()
+
+
+def texts(opened: Tab, selector: str) -> list[str]:
+    """The text content of every element ``selector`` finds."""
+    found: list[str] = opened.page.eval_on_selector_all(
+        selector, "es => es.map(e => e.textContent)"
+    )
+    return found

@@ -22,13 +22,12 @@ from .conftest import Tab
 from .live import (
     SUMMARY,
     Live,
-    assert_nothing_ran,
     finish,
     live_service,
     live_tab,
     open_console,
-    texts,
 )
+from .pages import assert_nothing_ran, texts
 from .runlogs import PAYLOADS, hostile
 
 PACK = f"{PAYLOADS[0]} {PAYLOADS[1]} {PAYLOADS[4]} notes"

@@ -6,14 +6,13 @@ them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
 from .conftest import Tab
 from .fake_api import FakeApi, served, summary
-from .pages import MODELS, PACK, login
-from .runlogs import ELEMENTS_FROM_PAYLOADS, HOSTILE, HOSTILE_URL, PLACES, hostile, hostile_run
+from .pages import MODELS, PACK, assert_nothing_ran, login, texts
+from .runlogs import HOSTILE, HOSTILE_URL, PLACES, hostile, hostile_run
 
 RUN = "20261125T100000.000Z-xss001"
 
@@ -53,31 +52,14 @@ def api() -> Iterator[FakeApi]:
         yield fake
 
 
-def _no_payload_ran(opened: Tab) -> None:
-    found: dict[str, Any] = opened.page.evaluate(ELEMENTS_FROM_PAYLOADS)
-    assert found["bad"] == [] and found["handlers"] == []
-    assert found["scripts"] == ["module"]  # console.js (timeline.js is imported by it)
-    hrefs = opened.page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))")
-    assert all(h.startswith(("#/", "/")) and not h.startswith("//") for h in hrefs), hrefs
-    assert opened.page.evaluate("typeof window.__pwned") == "undefined"
-    opened.assert_clean()
-
-
-def _text(opened: Tab, selector: str) -> list[str]:
-    found: list[str] = opened.page.eval_on_selector_all(
-        selector, "es => es.map(e => e.textContent)"
-    )
-    return found
-
-
 def test_the_runs_list(tab: Callable[..., Tab], api: FakeApi) -> None:
     opened = login(tab, api)
     opened.page.wait_for_selector("tr[data-run-id]")
-    row = _text(opened, "tr[data-run-id]")[0]
+    row = texts(opened, "tr[data-run-id]")[0]
     for where in ("pack", "task", "model"):
         assert hostile(where) in row
     assert opened.page.get_attribute("tr[data-run-id]", "title") == hostile("summary error")
-    _no_payload_ran(opened)
+    assert_nothing_ran(opened)
 
 
 def test_the_run_page_and_its_replay(tab: Callable[..., Tab], api: FakeApi) -> None:
@@ -85,7 +67,7 @@ def test_the_run_page_and_its_replay(tab: Callable[..., Tab], api: FakeApi) -> N
     page = opened.page
     page.wait_for_selector(".item.finished")
     for where, selector in PLACES.items():
-        assert any(hostile(where) in t for t in _text(opened, selector)), (where, selector)
+        assert any(hostile(where) in t for t in texts(opened, selector)), (where, selector)
     # links the page builds from ids stay in the console: routes and artifact paths
     assert page.get_attribute(".child-link", "href") == (
         "#/runs/javascript%3Awindow.__pwned%3D8%3Balert(8)"
@@ -95,33 +77,33 @@ def test_the_run_page_and_its_replay(tab: Callable[..., Tab], api: FakeApi) -> N
     )
     page.click("#replay")
     page.wait_for_selector(".replay-result.diverged")
-    result = _text(opened, ".replay-result")[0]
+    result = texts(opened, ".replay-result")[0]
     assert all(hostile(w) in result for w in ("field", "recorded", "now"))
     assert HOSTILE_URL in result
-    _no_payload_ran(opened)
+    assert_nothing_ran(opened)
 
 
 def test_new_task_packs_and_models(tab: Callable[..., Tab], api: FakeApi) -> None:
     opened = login(tab, api, "#/new")
     page = opened.page
-    about = _text(opened, "#pack-about")[0]
+    about = texts(opened, "#pack-about")[0]
     assert hostile("pack description") in about and hostile("tool") in about
-    assert hostile("program") in _text(opened, "#new-verify-row")[0]
+    assert hostile("program") in texts(opened, "#new-verify-row")[0]
     assert page.eval_on_selector("#new-pack option", "o => o.value") == hostile("pack name")
-    _no_payload_ran(opened)
+    assert_nothing_ran(opened)
 
     page.click("#nav a[data-view=packs]")
     page.wait_for_selector("main[data-view=packs][data-state=ready]")
-    pack = _text(opened, "section.pack")[0]
+    pack = texts(opened, "section.pack")[0]
     for where in ("pack name", "pack description", "tool", "tool description", "parameter",
                   "rule tool", "asks"):  # fmt: skip
         assert hostile(where) in pack, where
-    _no_payload_ran(opened)
+    assert_nothing_ran(opened)
 
     page.click("#nav a[data-view=models]")
     page.wait_for_selector("main[data-view=models][data-state=ready]")
-    models = _text(opened, "main")[0]
+    models = texts(opened, "main")[0]
     for where in ("models pack", "backend", "measured model"):
         assert hostile(where) in models, where
     assert HOSTILE in models
-    _no_payload_ran(opened)
+    assert_nothing_ran(opened)
