@@ -65,8 +65,8 @@ class RunState:
     """How many messages ``_outgoing`` has looked at for repeat notes (the history only grows)."""
     _noted: list[int] = field(default_factory=list)
     """Where the messages with a repeat note are, oldest first."""
-    _plain: dict[int, Message] = field(default_factory=dict)
-    """The older noted messages without their note, as they are sent."""
+    _wire: list[Message] = field(default_factory=list)
+    """The history as it is sent (``_outgoing``): the messages, older notes left off."""
 
     def __post_init__(self) -> None:
         self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}

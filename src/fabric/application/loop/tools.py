@@ -120,26 +120,23 @@ class ToolSteps(Finishing):
         """The history as the model gets it: the repeat note only on the newest output that
         has one. An older note says nothing the newest does not (its count is higher), and a
         small model's context is short. A function of the history alone, so a resumed or
-        replayed run sends what the run sent; the runlog keeps each note where it was made."""
-        messages = self.messages
+        replayed run sends what the run sent; the runlog keeps each note where it was made.
+        Kept up to date step by step: each call looks only at the messages added since."""
+        messages, sent = self.messages, self._wire
         for at in range(self._scanned, len(messages)):
             message = messages[at]
+            sent.append(message)
             content = message.get("content")
-            if (
-                message.get("role") == "tool"
-                and isinstance(content, str)
-                and _note_at(content) >= 0
-            ):
-                self._noted.append(at)
+            if message.get("role") != "tool" or not isinstance(content, str):
+                continue
+            if _note_at(content) < 0:
+                continue
+            if self._noted:  # the note before this one is sent no more
+                older = self._noted[-1]
+                text = sent[older]["content"]
+                sent[older] = {**sent[older], "content": text[: _note_at(text)]}
+            self._noted.append(at)
         self._scanned = len(messages)
-        if len(self._noted) < 2:
-            return messages
-        sent = list(messages)
-        for at in self._noted[:-1]:
-            if at not in self._plain:
-                content = messages[at]["content"]
-                self._plain[at] = {**messages[at], "content": content[: _note_at(content)]}
-            sent[at] = self._plain[at]
         return sent
 
     async def _run_tool(
