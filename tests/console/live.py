@@ -277,6 +277,31 @@ def live_tab(tab: Callable[..., Tab], **options: Any) -> Tab:
     return opened
 
 
+@dataclass
+class Shared:
+    """A run's share file as the run page downloads it, opened from disk with the network off:
+    the page showing it, the file, its suggested name, and every URL the page asked for."""
+
+    offline: Tab
+    saved: Path
+    suggested: str
+    asked: list[str]
+
+
+def open_shared(tab: Callable[..., Tab], run_page: Tab, saved: Path) -> Shared:
+    """Download the share file from ``run_page`` to ``saved`` and open it offline, once its
+    timeline has its end."""
+    with run_page.page.expect_download() as download:
+        run_page.page.click("#download-html")
+    download.value.save_as(saved)
+    offline = live_tab(tab, offline=True)
+    asked: list[str] = []
+    offline.page.on("request", lambda request: asked.append(request.url))
+    offline.page.goto(saved.as_uri())
+    offline.page.wait_for_selector(".item.finished")
+    return Shared(offline, saved, download.value.suggested_filename, asked)
+
+
 def open_console(tab: Callable[..., Tab], url: str, route: str = "#/runs") -> Tab:
     """A page (``live_tab``) on the console's ``route``, logged in through its login view."""
     opened = live_tab(tab)

@@ -26,6 +26,7 @@ from .live import (
     live_service,
     live_tab,
     open_console,
+    open_shared,
     screenshot,
 )
 from .pages import flat
@@ -362,18 +363,9 @@ def test_the_share_file_opens_from_disk_with_the_network_off(
     run_id = live.submit("writer", "write shared.txt", tag)
     assert live.service.wait_final(run_id)["status"] == "completed"
     opened = open_console(tab, live.url, f"#/runs/{run_id}")
-    with opened.page.expect_download() as download:
-        opened.page.click("#download-html")
-    assert download.value.suggested_filename == f"{run_id}.html"
-    saved = tmp_path / "shared-run.html"
-    download.value.save_as(saved)
-
-    offline = live_tab(tab, offline=True)
-    asked: list[str] = []
-    offline.page.on("request", lambda request: asked.append(request.url))
-    offline.page.goto(saved.as_uri())
-    page = offline.page
-    page.wait_for_selector(".item.finished")
+    shared = open_shared(tab, opened, tmp_path / "shared-run.html")
+    assert shared.suggested == f"{run_id}.html"
+    offline, saved, asked, page = shared.offline, shared.saved, shared.asked, shared.offline.page
     assert page.inner_text("#share-title") == f"fabric run {run_id}"
     assert "Writing the file to share." in page.inner_text(".model-text")
     assert page.inner_text(".tl-summary .status") == "completed"

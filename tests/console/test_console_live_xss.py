@@ -24,8 +24,8 @@ from .live import (
     Live,
     finish,
     live_service,
-    live_tab,
     open_console,
+    open_shared,
 )
 from .pages import assert_nothing_ran, texts
 from .runlogs import PAYLOADS, hostile
@@ -117,6 +117,9 @@ def test_the_run_page(tab: Callable[..., Tab], runs: HostileRuns) -> None:
     opened = open_console(tab, runs.live.url, f"#/runs/{runs.run_id}")
     page = opened.page
     page.wait_for_selector(".item.finished")
+    # the stream's events are drawn in batches: wait for the last calls' parts, not only the end
+    page.wait_for_function("() => document.querySelectorAll('.error-message').length >= 2")
+    page.wait_for_selector(".arg-value")
     shown = {
         "task": texts(opened, ".tl-summary .task dd"),
         "pack": texts(opened, ".item.started .pack"),
@@ -216,16 +219,8 @@ def test_the_share_file_opened_from_disk(
     tab: Callable[..., Tab], runs: HostileRuns, tmp_path: Path
 ) -> None:
     opened = open_console(tab, runs.live.url, f"#/runs/{runs.run_id}")
-    with opened.page.expect_download() as download:
-        opened.page.click("#download-html")
-    saved = tmp_path / "hostile-run.html"
-    download.value.save_as(saved)
-
-    offline = live_tab(tab, offline=True)
-    asked: list[str] = []
-    offline.page.on("request", lambda request: asked.append(request.url))
-    offline.page.goto(saved.as_uri())
-    offline.page.wait_for_selector(".item.finished")
+    shared = open_shared(tab, opened, tmp_path / "hostile-run.html")
+    offline, saved, asked = shared.offline, shared.saved, shared.asked
     assert texts(offline, ".tl-summary .task dd") == [f"{hostile('task')} #xss-run"]
     assert texts(offline, ".model-text") == [hostile("model output")]
     assert f"  1| {hostile('file content')}\n" in texts(offline, "pre.output")
