@@ -143,7 +143,8 @@ def _crafted() -> list[dict[str, object]]:
         ended={"status": "max_steps", "payload": None, "steps": 1, "usage": USAGE,
                "duration_s": 1.0, "ts": "2026-11-25T01:59:00.000Z"},
     )  # fmt: skip
-    log.emit("llm_request", step=2, messages=[])
+    changed = {"resumed": True, "added": [{"name": "shop__new"}], "removed": ["shop__old"]}
+    log.emit("llm_request", step=2, messages=[], tools=[], tools_changed=changed)
     log.emit(
         "llm_response", step=2, finish_reason="tool_calls", usage=USAGE, model="m",
         duration_ms=5.0, message={"role": "assistant", "content": None},
@@ -204,6 +205,10 @@ def test_diffs_long_outputs_resumes_sub_runs_and_a_missing_field(
     assert resumed.inner_text() == "resumed at step 2 (it had ended: max_steps after 1 step(s))"
     order = page.eval_on_selector_all(".tl-list > li", "ls => ls.map(l => l.className)")
     assert order.index("item resumed") == 3  # after run_started and step 1's two items
+    assert order[4] == "item note tools"  # step 2 says its tools changed
+    assert _text(opened, ".item.tools") == (
+        "step 2 the tools offered changed (the run was resumed): added shop__new; removed shop__old"
+    )
     assert "sub-run of 20261125T015959.000Z-parent" in _text(opened, ".item.started")
     assert _text(opened, ".facts .parent-link") == "20261125T015959.000Z-parent"
 

@@ -23,6 +23,7 @@ from fabric.infrastructure.mcp.names import fabric_name
 from fabric.infrastructure.mcp.results import render
 from fabric.infrastructure.mcp.toolbox import McpToolbox
 from fabric.infrastructure.mcp.transports import Place
+from fabric.infrastructure.tools.library import library_tools
 from fabric.interfaces.cli.app import app
 from fabric.interfaces.compose import build_runner
 from fabric.testing import ScriptedChatClient, tool_call
@@ -78,7 +79,8 @@ def test_a_server_listed_to_the_end_called_timed_out_restarted_and_changed(
         McpUse(server="other", include=["echo", "read_file"]),
     ]
     place = Place(tmp_path, SandboxSettings(), tmp_path)
-    box = McpToolbox(servers, uses, place, taken=["read_file", "finish_task"])
+    own = library_tools("read_file")
+    box = McpToolbox(servers, uses, place, base=own)
     ctx = ToolContext("r", tmp_path, SandboxSettings(), save_artifact=lambda n, c: f"a/{n}")
 
     async def go() -> None:
@@ -114,10 +116,19 @@ def test_a_server_listed_to_the_end_called_timed_out_restarted_and_changed(
             except McpError as exc:
                 assert "crashing on purpose" in exc.message and "started it again" in exc.message
             assert (await tools["shop__echo"]({"text": "again"}, ctx)).startswith("echo: again")
+            assert await box.changed(1) is None  # nothing changed yet
             assert await tools["shop__grow"]({}, ctx) == "grown"  # says its list changed
             await asyncio.sleep(0.5)
-            connection = box.connections["shop"]
-            assert (await connection.call("added", {}))["content"][0]["text"].startswith("echo")
+            change = await box.changed(2)
+            assert change is not None and change.tools[0] is own[0]  # the pack's own first
+            offered = {t.spec.name: t for t in change.tools}
+            assert offered["shop__echo"] is tools["shop__echo"]  # listed as before: the same
+            assert change.note["added"] == [
+                {"name": "shop__added", "server": "shop", "tool": "added"}
+            ]
+            assert change.note["servers"] == ["shop"] and not change.note["removed"]
+            assert (await offered["shop__added"]({}, ctx)).startswith("echo")
+            assert await box.changed(3) is None
             try:
                 await tools["shop__crash"]({}, ctx)
             except McpError as exc:

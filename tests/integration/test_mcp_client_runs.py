@@ -35,7 +35,7 @@ CONFIG = """
     llm: {backends: {mock: {kind: openai, base_url: "http://127.0.0.1:9/v1", models: {default: m}}}}
     runs_dir: runs
     mcp_servers:
-      shop: {command: "%s", args: ["%s"], start_timeout: 120, call_timeout: 300}
+      shop: {command: "%s", args: ["%s"], start_timeout: 120, call_timeout: 300, protocol: legacy}
       web: {url: "%s", headers: {X-Shop-Key: SHOP_KEY}, start_timeout: 60}
     packs:
       helper:
@@ -43,6 +43,11 @@ CONFIG = """
         system_prompt: You help.
         finish_schema: {type: object, properties: {answer: {type: string}}, required: [answer]}
         mcp: [{server: shop, include: [facts, slow]}]
+      grower:
+        builder: declarative
+        system_prompt: You help.
+        finish_schema: {type: object, properties: {answer: {type: string}}, required: [answer]}
+        mcp: [{server: shop, include: [grow, added, echo]}]
       webby:
         builder: declarative
         system_prompt: You help.
@@ -181,3 +186,51 @@ def test_a_run_that_used_an_mcp_tool_resumes_and_replays_with_live_tools(
     config.write_text(config.read_text().replace(sys.executable, "/nonexistent/python"))
     gone = CliRunner().invoke(app, ["replay", str(path), "--live-tools", "--config", str(config)])
     assert gone.exit_code == 2 and "--live-tools" in gone.output, gone.output
+
+
+def _offered(request: Mapping[str, Any]) -> list[str]:
+    return [t["function"]["name"] for t in request["tools"]]
+
+
+def test_a_tool_a_server_adds_mid_run_is_offered_logged_replayed_and_resumed(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path)
+    grow, added = tool_call("shop__grow", {}), tool_call("shop__added", {"text": "hi"})
+    request = RunRequest("grower", "grow", workspace=tmp_path / "ws", max_steps=3)
+    first = asyncio.run(_runner(config, [grow, tool_call("shop__echo", {}), added]).run(request))
+    assert first.status.value == "max_steps", first.error
+    path = Path(first.runlog_path or "")
+    events = assert_valid_runlog(read_events(path))
+    requests = [e for e in events if e["kind"] == "llm_request"]
+    assert _offered(requests[0]) == ["shop__echo", "shop__grow", "finish_task"]
+    # the server said its list changed: the next request offers the new tool, and says so
+    assert _offered(requests[1]) == ["shop__echo", "shop__grow", "shop__added", "finish_task"]
+    assert requests[1]["tools_changed"]["added"] == [
+        {"name": "shop__added", "server": "shop", "tool": "added"}
+    ]
+    assert "tools" not in requests[2]  # unchanged since
+    assert _outputs(events)[-1].startswith("echo: hi")  # the model could call it
+    # replayed with the server gone: the tool comes and answers at the same step
+    gone = config.read_text().replace(sys.executable, "/nonexistent/python")
+    config.write_text(gone)
+    report = asyncio.run(_runner(config, []).replay(path))
+    assert report.identical, report.divergence
+    # resumed: steps 1-3 offer what they offered then; the server, started afresh, no longer
+    # has the tool, and step 4 says so
+    config.write_text(gone.replace("/nonexistent/python", sys.executable))
+    resumer = _runner(config, [FINISH])
+    result = asyncio.run(resumer.resume(resumer.read_runlog(path), path, max_steps=4))
+    assert result.status.value == "completed", result.error
+    events = assert_valid_runlog(read_events(path))
+    [resumed] = [e for e in events if e["kind"] == "run_resumed"]
+    assert [t["name"] for t in resumed["mcp"]["tools"]] == ["shop__echo", "shop__grow"]
+    last = [e for e in events if e["kind"] == "llm_request"][-1]
+    assert last["step"] == 4 and _offered(last) == ["shop__echo", "shop__grow", "finish_task"]
+    assert last["tools_changed"]["removed"] == ["shop__added"]
+    shown = CliRunner().invoke(app, ["show", str(path)])
+    assert "step  2  tools changed: + shop__added" in shown.output, shown.output
+    assert "step  4  tools changed (resumed): - shop__added" in shown.output
+    # and the resumed run replays as it went
+    report = asyncio.run(_runner(config, []).replay(path))
+    assert report.identical, report.divergence

@@ -63,6 +63,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         gate,
         on_delta=control.on_delta(),
         cost=RunCost(kit.prices) if kit.prices is not None else None,
+        updates=kit.tool_updates,
     )
     run.record.task = job.task
     started = time.perf_counter()

@@ -17,7 +17,7 @@ from fabric.domain.models import ChatDelta
 from .commands import CommandRunner
 from .cost import Prices
 from .pack import Pack
-from .ports import Approver, ChatClient, RunLog, RunObserver
+from .ports import Approver, ChatClient, RunLog, RunObserver, ToolUpdates
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,9 @@ class Kit:
     """With prices the run's cost is counted."""
     start_error: FabricError | None = None
     """Why the run cannot start (no model, no confinement); it still gets a runlog."""
+    tool_updates: ToolUpdates | None = None
+    """Tools that may change during the run (its MCP servers' lists): asked before each model
+    call; a change is offered to the model and logged in that ``llm_request``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ proves they fit. No adapter inherits from these classes."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, ModelInfo, ToolSpec
@@ -67,6 +68,36 @@ class Tool(Protocol):
     def spec(self) -> ToolSpec: ...
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChange:
+    """The tools a run offers from now on, because a source of them changed (an MCP server's
+    list): every tool but ``finish_task``, and what changed, for ``llm_request.tools_changed``."""
+
+    tools: tuple[Tool, ...]
+    note: Mapping[str, Any]
+
+
+def tool_diff(before: Sequence[Tool], now: Sequence[Tool]) -> dict[str, list[str]]:
+    """The names ``added``, ``removed`` and ``changed`` (same name, other spec) from one set of
+    tools to the next, for ``ToolChange.note``."""
+    old = {t.spec.name: t.spec for t in before}
+    new = {t.spec.name: t.spec for t in now}
+    return {
+        "added": [n for n in new if n not in old],
+        "removed": [n for n in old if n not in new],
+        "changed": [n for n, spec in new.items() if n in old and old[n] != spec],
+    }
+
+
+class ToolUpdates(Protocol):
+    """Tools that may come and go while a run goes on. Asked before every model call; cheap
+    when nothing changed."""
+
+    async def changed(self, step: int) -> ToolChange | None:
+        """The new set before model call ``step``, or None when it is the same."""
+        ...
 
 
 class Approver(Protocol):

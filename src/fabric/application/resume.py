@@ -33,8 +33,9 @@ from .context import ToolContext
 from .execute_task import execute_task
 from .job import Control, Job, Kit
 from .pack import Pack
-from .ports import ChatClient, RunLog, Tool
+from .ports import ChatClient, RunLog, Tool, ToolChange, ToolUpdates, tool_diff
 from .replay.divergence import Diverged, ReplayState
+from .replay.offers import RecordedOffers, recorded_mcp
 from .replay.recorded import (
     ReplayChatClient,
     missing_checks,
@@ -192,12 +193,74 @@ class _ResumingTool:
 
     @property
     def spec(self) -> ToolSpec:
-        return self._live.spec
+        return self._recorded.spec  # the pack's spec, or an MCP tool's as it was then
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
         if self._state.step <= self._completed:
             return await self._recorded(arguments, ctx)
         return await self._live(arguments, ctx)
+
+
+class _ResumingOffers:
+    """The tools a resumed run offers: in the re-driven steps those it offered then (its MCP
+    tools as recorded, answering from the log); from the first new step on, the pack's tools
+    and its MCP servers' tools as they are now, a difference logged as a change then."""
+
+    def __init__(
+        self,
+        recording: Recording,
+        own: Sequence[Tool],
+        mcp: Sequence[Tool],
+        live: ToolUpdates | None,
+        completed: int,
+        state: ReplayState,
+        run_dir: Path | None,
+    ) -> None:
+        self._live, self._completed = live, completed
+        names = [t.spec.name for t in own]
+        then = recorded_mcp(recording, names)
+        answered = recorded_tools(recording, [*own, *then], state=state, run_dir=run_dir)
+        live_by_name = {t.spec.name: t for t in [*own, *mcp]}
+        wrapped = [
+            _ResumingTool(live_by_name.get(rec.spec.name, rec), rec, completed, state)
+            for rec in answered
+        ]
+        self._recorded = RecordedOffers(
+            recording, wrapped[: len(own)], {t.spec.name: t for t in wrapped[len(own) :]}
+        )
+        self._now: list[Tool] = [*wrapped[: len(own)], *mcp]
+        """The tools as they are now: what the new steps offer."""
+        self._offered = self.first()
+
+    def first(self) -> list[Tool]:
+        return self._recorded.first() if self._completed else self._now
+
+    async def changed(self, step: int) -> ToolChange | None:
+        if step <= self._completed:
+            change = await self._recorded.changed(step)
+        else:
+            change = await self._live.changed(step) if self._live is not None else None
+            if change is not None:
+                self._now = list(change.tools)
+            if step == self._completed + 1 and _specs(self._now) != _specs(self._offered):
+                change = ToolChange(
+                    tuple(self._now),
+                    change.note if change else _resumed_note(self._offered, self._now),
+                )
+        if change is not None:
+            self._offered = list(change.tools)
+        return change
+
+
+def _specs(tools: Sequence[Tool]) -> list[ToolSpec]:
+    return [t.spec for t in tools]
+
+
+def _resumed_note(before: Sequence[Tool], now: Sequence[Tool]) -> dict[str, Any]:
+    """``tools_changed`` of the first new step of a resumed run whose MCP tools are not what
+    they were (the mapping of the names is in ``run_resumed.mcp``)."""
+    diff = tool_diff(before, now)
+    return {**diff, "resumed": True, "added": [{"name": n} for n in diff["added"]]}
 
 
 class _ResumingRunLog:
@@ -229,6 +292,8 @@ class _ResumingRunLog:
             }
             if self._plan.ended is not None:
                 resumed["ended"] = _without_envelope(self._plan.ended)
+            if "mcp" in data:  # the MCP servers as started again, and their tools now
+                resumed["mcp"] = data["mcp"]
             self._inner.emit("run_resumed", resumed)
             return
         step = data.get("step")
@@ -254,12 +319,16 @@ async def resume_task(
     control: Control | None = None,
     run_dir: Path | None = None,
     sandbox: SandboxSettings | None = None,
+    mcp: Sequence[Tool] = (),
+    meta: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Continue the run ``plan`` describes, appending to ``kit.runlog`` (the run's own log,
     reopened). ``kit.chat`` is the live model client; ``run_dir`` (the run's folder) lets a cut
     tool output come back whole from its artifact, as it did the first time.
     ``control.approver`` answers the policy's asks in the new steps (those of the re-driven ones
-    are recorded)."""
+    are recorded). ``mcp``: the tools of the pack's MCP servers, started again for the new
+    steps (``kit.tool_updates`` follows their lists); ``meta.mcp`` goes into ``run_resumed``.
+    The re-driven steps offer the tools the run had then."""
     recording = Recording(plan.events)
     if missing := missing_checks(recording, pack):
         raise ConfigError(
@@ -268,18 +337,18 @@ async def resume_task(
             hint="restore the pack's verify settings as they were, or start a new run",
         )
     state = ReplayState()
-    recorded = recorded_tools(recording, pack, state=state, run_dir=run_dir)
-    tools: list[Tool] = [
-        _ResumingTool(live, rec, plan.completed, state)
-        for live, rec in zip(pack.tools, recorded, strict=True)
-    ]
+    offers = _ResumingOffers(
+        recording, pack.tools, mcp, kit.tool_updates, plan.completed, state, run_dir
+    )
     verifiers = recorded_verifiers(
         recording, pack, state=state, live=True, upto_step=plan.completed
     )
     brief = recorded_brief(recording)
     if brief is None and plan.completed == 0:
         brief = pack.brief  # cut off before the pack had looked: it looks now, and logs it
-    resumed_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
+    resumed_pack = dataclasses.replace(
+        pack, tools=tuple(offers.first()), verifiers=verifiers, brief=brief
+    )
     resuming = (
         _ResumingChat(ReplayChatClient(recording, state), kit.chat, plan.completed, state)
         if kit.chat is not None
@@ -292,9 +361,13 @@ async def resume_task(
         workspace,
         plan.limits,
         sandbox,
+        meta or {},
     )
     resumed_kit = dataclasses.replace(
-        kit, chat=resuming, runlog=_ResumingRunLog(kit.runlog, plan, state)
+        kit,
+        chat=resuming,
+        runlog=_ResumingRunLog(kit.runlog, plan, state),
+        tool_updates=offers,
     )
     # an "ask" in a re-driven step gets its recorded answer; later ones go to the approver
     control = control or Control()

@@ -13,12 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fabric.application.commands import CommandRunner
-from fabric.application.context import ToolContext
 from fabric.application.job import Kit
-from fabric.application.pack import Pack
 from fabric.application.replay import Recording, ReplayReport, replay
-from fabric.domain.errors import ConfigError, FabricError, SandboxError, ToolError
-from fabric.domain.models import ToolSpec
+from fabric.domain.errors import ConfigError, FabricError, SandboxError
 from fabric.infrastructure.packs.registry import LoadedPack
 from fabric.infrastructure.runlog import JsonlRunLog, new_run_id, read_runlog
 from fabric.infrastructure.runlog.writer import Observer
@@ -77,7 +74,7 @@ async def replay_run(
             if live and loaded_pack.settings.mcp
             else None
         )
-        pack = with_recorded_mcp(recording, loaded_pack.pack)
+        pack = loaded_pack.pack  # a replay that starts no server has the recorded MCP tools
         if toolbox is not None:  # live: the servers start as for a run
             try:
                 live_tools = await toolbox.open()
@@ -99,6 +96,7 @@ async def replay_run(
                     commands,
                     runner.protected_paths,
                     runner.read_only_in(workspace),
+                    tool_updates=toolbox,
                 ),
                 live=live,
                 run_dir=path.parent,
@@ -108,55 +106,6 @@ async def replay_run(
             runlog.close()
             if toolbox is not None:
                 await toolbox.aclose()
-
-
-class _NotStarted:
-    """An MCP tool of the recorded run, for a replay that starts no server: its spec as the
-    run recorded it; its calls are answered from the runlog (``recorded_tools``)."""
-
-    def __init__(self, spec: ToolSpec) -> None:
-        self._spec = spec
-
-    @property
-    def spec(self) -> ToolSpec:
-        return self._spec
-
-    async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-        raise ToolError(
-            f"{self._spec.name} is an MCP tool, and this replay starts no MCP server",
-            hint="replay with --live-tools to start the pack's servers",
-        )
-
-
-def with_recorded_mcp(recording: Recording, pack: Pack) -> Pack:
-    """``pack`` with the MCP tools the recorded run had (``run_started.mcp``), specs as
-    the model got them then, so a replay needs none of the servers."""
-    mcp = recording.started.get("mcp")
-    listed = mcp.get("tools") if isinstance(mcp, Mapping) else None
-    if not isinstance(listed, list):
-        return pack
-    specs: dict[str, Mapping[str, Any]] = {}
-    for tool in recording.tools:
-        function = tool.get("function") if isinstance(tool, Mapping) else None
-        if isinstance(function, Mapping):
-            specs[str(function.get("name"))] = function
-    own = set(pack.tool_names())
-    extra = []
-    for entry in listed:
-        name = str(entry.get("name")) if isinstance(entry, Mapping) else ""
-        function = specs.get(name)
-        if function is not None and name not in own:
-            parameters = function.get("parameters")
-            extra.append(
-                _NotStarted(
-                    ToolSpec(
-                        name,
-                        str(function.get("description", "")),
-                        dict(parameters) if isinstance(parameters, Mapping) else {},
-                    )
-                )
-            )
-    return dataclasses.replace(pack, tools=(*pack.tools, *extra)) if extra else pack
 
 
 @contextmanager

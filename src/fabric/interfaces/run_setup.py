@@ -129,6 +129,7 @@ class RunSetup:
                 read_only,  # the host code in the workspace as the run found it
                 self.prices(),
                 start_error,
+                tool_updates=toolbox,
             )
             yield Session(kit, runlog, resolution, tools, toolbox.meta() if toolbox else None)
         finally:
@@ -164,7 +165,7 @@ class RunSetup:
             self.loaded.config.mcp_servers,
             settings.mcp,
             place,
-            taken=loaded_pack.pack.tool_names(),
+            base=loaded_pack.pack.tools,
             note=note,
         )
 

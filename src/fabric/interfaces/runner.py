@@ -209,12 +209,14 @@ class Runner:
         async with self.setup.session(loaded_pack, folder, backend, model, open_log) as session:
             return await resume_task(
                 plan,
-                pack=session.pack_of(loaded_pack),
+                pack=loaded_pack.pack,
                 workspace=folder,
                 kit=session.kit,
                 control=control,
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
+                mcp=session.tools,
+                meta=session.meta(),
             )
 
     @property

@@ -83,7 +83,11 @@ class Run(ToolSteps):
         new = self.messages[self._sent :]
         self._sent = len(self.messages)
         request: dict[str, Any] = {"step": self.steps, "messages": new}
-        if self.steps == 1:
+        change = await self.updates.changed(self.steps) if self.updates is not None else None
+        if change is not None:
+            self._offer(change.tools)
+            request["tools_changed"] = dict(change.note)
+        if self.steps == 1 or change is not None:
             request["tools"] = self.tool_defs
         self.log.emit("llm_request", request)
         started = time.perf_counter()

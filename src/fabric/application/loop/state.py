@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ from fabric.application.approvals import PolicyGate
 from fabric.application.context import ToolContext
 from fabric.application.cost import RunCost
 from fabric.application.pack import FINISH_TOOL, Pack
-from fabric.application.ports import ChatClient, DeltaSink, RunLog, Tool
+from fabric.application.ports import ChatClient, DeltaSink, RunLog, Tool, ToolUpdates
 from fabric.application.verify import RunRecord
 from fabric.config.schema import Limits
 from fabric.domain.errors import FabricError
@@ -47,6 +48,8 @@ class RunState:
     gate: PolicyGate
     on_delta: DeltaSink | None = None
     cost: RunCost | None = None
+    updates: ToolUpdates | None = None
+    """Where tools that come and go during the run come from (None: the pack's, fixed)."""
     messages: list[Message] = field(default_factory=list)
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -69,10 +72,17 @@ class RunState:
     """The history as it is sent (``_outgoing``): the messages, older notes left off."""
 
     def __post_init__(self) -> None:
-        self.tools: dict[str, Tool] = {t.spec.name: t for t in self.pack.tools}
-        finish = ToolSpec(FINISH_TOOL, self.pack.finish_description, self.pack.finish_schema)
-        self.tool_defs = [t.spec.as_openai() for t in self.pack.tools] + [finish.as_openai()]
+        self.tools: dict[str, Tool] = {}
+        self.tool_defs: list[dict[str, Any]] = []
+        self._offer(self.pack.tools)
         self.finish_check = self.pack.finish_check()
+
+    def _offer(self, tools: Sequence[Tool]) -> None:
+        """Offer ``tools`` and ``finish_task`` to the model from its next call on (a new list,
+        so a replay sees that it changed)."""
+        self.tools = {t.spec.name: t for t in tools}
+        finish = ToolSpec(FINISH_TOOL, self.pack.finish_description, self.pack.finish_schema)
+        self.tool_defs = [t.spec.as_openai() for t in tools] + [finish.as_openai()]
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():

@@ -146,7 +146,7 @@ class ToolSteps(Finishing):
         if tool is None:
             raise ToolError(
                 f"unknown tool {clip(name)!r}",
-                hint=f"use one of: {', '.join(self.pack.tool_names())}",
+                hint=f"use one of: {', '.join([*self.tools, FINISH_TOOL])}",
             )
         try:
             ctx = dataclasses.replace(self.ctx, changes=changes)

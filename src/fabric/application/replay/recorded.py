@@ -58,6 +58,8 @@ class ReplayChatClient:
         appends to its history, so each call compares only what is new (a replay stays
         linear in the log's length)."""
         self._tools_seen: object = None
+        self._tools_then: list[Any] = []
+        """The tool definitions the recorded run sent last, up to the current call."""
 
     @property
     def model(self) -> str:
@@ -80,9 +82,12 @@ class ReplayChatClient:
         if list(messages[start:]) != self._history[start:]:  # compared as JSON only then
             now = [None] * start + plain(list(messages[start:]))
             difference = first_difference_in_list(self._history, now, "messages", start)
-        if difference is None and tools is not self._tools_seen:  # the same list every call
-            difference = first_difference(self.recording.tools, plain(list(tools)), "tools")
-            self._tools_seen = tools
+        recorded_tools = self.recording.steps[step - 1].tools
+        if recorded_tools is not None:  # sent then: the first, or after a change
+            self._tools_then = recorded_tools
+        if difference is None and (tools is not self._tools_seen or recorded_tools is not None):
+            difference = first_difference(self._tools_then, plain(list(tools)), "tools")
+            self._tools_seen = tools  # the same list every call, a new one after a change
         if difference is not None:
             raise Diverged(self.state.diverge(step, *difference))
         self._checked = len(messages)
@@ -195,12 +200,12 @@ class _RecordedTool:
 
 def recorded_tools(
     events: Recording | Sequence[Mapping[str, Any]],
-    pack: Pack,
+    tools: Sequence[Tool],
     *,
     state: ReplayState | None = None,
     run_dir: Path | None = None,
 ) -> list[Tool]:
-    """Tools with the specs of ``pack``'s tools that answer with the recorded results, so a
+    """Tools with the specs of ``tools`` that answer with the recorded results, so a
     replay has no side effects. ``run_dir`` (the recorded run's folder) lets a result whose
     output was cut come back whole from its artifact."""
     recording = events if isinstance(events, Recording) else Recording(events)
@@ -214,9 +219,7 @@ def recorded_tools(
         if (result.get("error") or {}).get("code") in REFUSED:
             continue  # refused then: the tool never ran
         queues.setdefault(str(result.get("name")), deque()).append((call, result))
-    return [
-        _RecordedTool(t.spec, queues.get(t.spec.name, deque()), state, run_dir) for t in pack.tools
-    ]
+    return [_RecordedTool(t.spec, queues.get(t.spec.name, deque()), state, run_dir) for t in tools]
 
 
 class WatchingRunLog:

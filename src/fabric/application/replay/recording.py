@@ -30,6 +30,11 @@ class RecordedStep:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     version: int = 1
     """The format version its events were written in (2 and later log policy decisions)."""
+    tools: list[Any] | None = None
+    """The tool definitions sent, when this request sent them (the first, and any after the
+    tools changed)."""
+    tools_changed: dict[str, Any] | None = None
+    """How the tools changed before this request (an MCP server's list), if they did."""
 
 
 class Recording:
@@ -50,7 +55,6 @@ class Recording:
         self.finished: Mapping[str, Any] | None = finished[-1] if finished else None
         self.limits: dict[str, Any] = dict(self.started.get("limits") or {})
         """The run's limits: those it started with, or the ones it was last resumed with."""
-        self.tools: list[Any] = []
         self.steps: list[RecordedStep] = []
         self.results: list[Mapping[str, Any]] = []
         self.verifications: list[Mapping[str, Any]] = []
@@ -59,11 +63,17 @@ class Recording:
         """``policy_decision`` events by call (format version 2 and later)."""
         self.approvals: dict[CallKey, Mapping[str, Any]] = {}
         """``approval`` events by call: the answers a replay gives again."""
+        self._mcp: list[Mapping[str, Any]] = []
+        """``mcp`` of ``run_started``, then of each ``run_resumed``."""
+        if isinstance(self.started.get("mcp"), Mapping):
+            self._mcp.append(self.started["mcp"])
         by_number: dict[int, RecordedStep] = {}
         for event in events:
             kind, number = event.get("kind"), event.get("step")
             if kind == "run_resumed":  # what was logged of the steps redone is not what counts
                 self._forget_from(by_number, int(event.get("from_step", 1)))
+                if isinstance(event.get("mcp"), Mapping):
+                    self._mcp.append(event["mcp"])
                 self.limits = dict(event.get("limits") or self.limits)
                 continue
             if not isinstance(number, int):
@@ -82,7 +92,9 @@ class Recording:
             step.request += list(event.get("messages") or ())
             step.version = _version(event)
             if "tools" in event:
-                self.tools = list(event["tools"])
+                step.tools = list(event["tools"])
+            if isinstance(event.get("tools_changed"), Mapping):
+                step.tools_changed = dict(event["tools_changed"])
         elif kind == "llm_response":
             step.response = dict(event)
         elif kind == "tool_call":
@@ -105,6 +117,31 @@ class Recording:
         self.verifications = [v for v in self.verifications if int(v.get("step", 0)) < first]
         self.policy = {k: v for k, v in self.policy.items() if k[0] < first}
         self.approvals = {k: v for k, v in self.approvals.items() if k[0] < first}
+
+    @property
+    def tools(self) -> list[Any]:
+        """The tool definitions of the first request."""
+        return self.tools_at(1)
+
+    def tools_at(self, number: int) -> list[Any]:
+        """The tool definitions in effect at step ``number``: the last ones sent up to it."""
+        found: list[Any] = []
+        for step in self.steps:
+            if step.number > number:
+                break
+            if step.tools is not None:
+                found = step.tools
+        return found
+
+    def mcp_names(self) -> list[str]:
+        """The names of every MCP tool the run was offered: at its start and each resume
+        (``mcp`` of ``run_started``, ``run_resumed``) and later (``tools_changed``)."""
+        entries = [e for mcp in self._mcp for e in mcp.get("tools") or ()]
+        for step in self.steps:
+            if step.tools_changed is not None:
+                entries += list(step.tools_changed.get("added") or ())
+        names = [str(e.get("name")) for e in entries if isinstance(e, Mapping)]
+        return list(dict.fromkeys(names))
 
     @property
     def run_id(self) -> str:

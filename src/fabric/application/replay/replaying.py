@@ -27,6 +27,7 @@ from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.models import RunResult
 
 from .divergence import Diverged, Divergence, ReplayState, first_difference, plain
+from .offers import RecordedOffers, recorded_mcp
 from .recorded import (
     ReplayChatClient,
     WatchingRunLog,
@@ -84,9 +85,11 @@ async def replay(
     recording = events if isinstance(events, Recording) else Recording(events)
     state = ReplayState()
     chat = ReplayChatClient(recording, state)
-    tools = (
-        list(pack.tools) if live else recorded_tools(recording, pack, state=state, run_dir=run_dir)
-    )
+    if live:  # the pack's real tools, its MCP servers' lists changing as they do now
+        tools, updates = list(pack.tools), kit.tool_updates
+    else:
+        offers = _recorded_offers(recording, pack, state, run_dir)
+        tools, updates = offers.first(), offers
     verifiers = recorded_verifiers(recording, pack, state=state, live=live)
     brief = recorded_brief(recording)  # what the model was told then, not a new look
     replay_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
@@ -106,6 +109,7 @@ async def replay(
         chat=chat,
         runlog=WatchingRunLog(kit.runlog, recording, state),
         commands=kit.commands if live else None,
+        tool_updates=updates,
     )
     # an "ask" gets the answer it got then
     result = await execute_task(
@@ -114,6 +118,18 @@ async def replay(
     if state.divergence is None:
         _check_end(recording, result, state)
     return ReplayReport(recording.run_id, result, state.divergence, len(recording.steps))
+
+
+def _recorded_offers(
+    recording: Recording, pack: Pack, state: ReplayState, run_dir: Path | None
+) -> RecordedOffers:
+    """The pack's tools and the recorded run's MCP tools, answering from the recording, offered
+    step by step as they were."""
+    own = list(pack.tools)
+    mcp = recorded_mcp(recording, [t.spec.name for t in own])
+    answered = recorded_tools(recording, [*own, *mcp], state=state, run_dir=run_dir)
+    by_name = {t.spec.name: t for t in answered[len(own) :]}
+    return RecordedOffers(recording, answered[: len(own)], by_name)
 
 
 def _check_end(recording: Recording, result: RunResult, state: ReplayState) -> None:

@@ -189,7 +189,7 @@ class McpConnection:
         if self._broken is not None:
             raise McpError(self._broken, hint="start a new run once the server is fixed")
         if self._stale:
-            await self._refresh()
+            await self.refresh()
         if not any(t.get("name") == tool for t in self.tools):
             raise McpError(
                 f"MCP server {self.name!r} no longer offers the tool {printable(tool)!r}",
@@ -214,7 +214,13 @@ class McpConnection:
             ) from None
         return dict(result.model_dump(mode="json", by_alias=True, exclude_none=True))
 
-    async def _refresh(self) -> None:
+    @property
+    def stale(self) -> bool:
+        """Whether the server said its tools changed since they were last listed."""
+        return self._stale
+
+    async def refresh(self) -> None:
+        """List the tools again (McpError when the server does not)."""
         try:
             await asyncio.wait_for(self._list(), self.settings.start_timeout)
         except Exception as exc:
@@ -245,6 +251,7 @@ class McpConnection:
                 f"MCP server {self.name!r} stopped and did not start again: {exc.message}"
             )
             raise McpError(self._broken, hint=exc.hint) from None
+        self._stale = True  # listed again at the next step: the set may differ after a restart
         self._note("mcp_server", {"server": self.name, "event": "restarted"})
         raise McpError(
             f"MCP server {self.name!r} stopped during the call of {printable(tool)!r}{tail}; "

@@ -12,7 +12,8 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from fabric.application.context import ToolContext
-from fabric.application.pack import finish_schema_problem
+from fabric.application.pack import FINISH_TOOL, finish_schema_problem
+from fabric.application.ports import Tool, ToolChange, tool_diff
 from fabric.config.schema import McpServerSettings, McpUse
 from fabric.domain.errors import McpError, ToolError
 from fabric.domain.models import ToolSpec
@@ -105,14 +106,16 @@ class McpToolbox:
         uses: Sequence[McpUse],
         place: Place,
         *,
-        taken: Sequence[str] = (),
+        base: Sequence[Tool] = (),
         note: Note | None = None,
     ) -> None:
         self._uses = list(uses)
         self.connections = {
             u.server: McpConnection(u.server, servers[u.server], place, note) for u in uses
         }
-        self._taken = set(taken)
+        self._base = tuple(base)
+        """The pack's own tools: their names are taken, and they come first in a new set."""
+        self._taken = {t.spec.name for t in base} | {FINISH_TOOL}
         self.tools: list[McpTool] = []
         self.left_out: list[dict[str, str]] = []
 
@@ -128,24 +131,62 @@ class McpToolbox:
                 if isinstance(outcome, McpError):
                     raise outcome
                 raise McpError(f"an MCP server did not start: {outcome}") from outcome
-        for use in self._uses:
-            self._take(use)
+        self.tools, self.left_out = self._take()
         return self.tools
 
-    def _take(self, use: McpUse) -> None:
-        server = self.connections[use.server]
-        for listed in server.tools:
-            raw = str(listed.get("name", ""))
-            if not raw or not wanted(raw, use):
-                continue
-            name = fabric_name(use.server, raw)
-            spec = spec_of(name, listed)
-            if isinstance(spec, str) or name in self._taken:
-                why = spec if isinstance(spec, str) else f"the name {name} is taken"
-                self.left_out.append({"server": use.server, "tool": printable(raw), "why": why})
-                continue
-            self._taken.add(name)
-            self.tools.append(McpTool(spec, server, raw))
+    def _take(self) -> tuple[list[McpTool], list[dict[str, str]]]:
+        """The tools the pack takes from its servers' lists as they are now, and those left
+        out and why; a tool listed as before is the same ``McpTool`` as before."""
+        before = {(t.server.name, t.tool): t for t in self.tools}
+        taken, tools, left_out = set(self._taken), [], []
+        for use in self._uses:
+            server = self.connections[use.server]
+            for listed in server.tools:
+                raw = str(listed.get("name", ""))
+                if not raw or not wanted(raw, use):
+                    continue
+                name = fabric_name(use.server, raw)
+                spec = spec_of(name, listed)
+                if isinstance(spec, str) or name in taken:
+                    why = spec if isinstance(spec, str) else f"the name {name} is taken"
+                    left_out.append({"server": use.server, "tool": printable(raw), "why": why})
+                    continue
+                taken.add(name)
+                same = before.get((use.server, raw))
+                tools.append(same if same and same.spec == spec else McpTool(spec, server, raw))
+        return tools, left_out
+
+    async def changed(self, step: int) -> ToolChange | None:
+        """Before model call ``step``: when a server said its tools changed, its list is
+        fetched again and, if what the pack takes of it differs, the new set is offered
+        (the pack's own tools first, as at the start). A server that does not list again
+        keeps its old list (its calls then fail with the reason)."""
+        stale = [c for c in self.connections.values() if c.stale]
+        if not stale:
+            return None
+        problems: list[str] = []
+        for connection in stale:
+            try:
+                await connection.refresh()
+            except McpError as exc:
+                problems.append(exc.message)
+        tools, left_out = self._take()
+        if [t.spec for t in tools] == [t.spec for t in self.tools]:
+            return None
+        diff = tool_diff(self.tools, tools)
+        new = {t.spec.name: t for t in tools}
+        note: dict[str, Any] = {
+            "servers": [c.name for c in stale],
+            **diff,
+            "added": [_entry(new[n]) for n in diff["added"]],
+        }
+        if problems:
+            note["problems"] = problems
+        new_left = [x for x in left_out if x not in self.left_out]
+        if new_left:
+            note["left_out"] = new_left
+        self.tools, self.left_out = tools, left_out
+        return ToolChange((*self._base, *tools), note)
 
     def meta(self) -> dict[str, Any]:
         """For ``run_started``: each server, and what each tool name stands for."""
@@ -163,9 +204,7 @@ class McpToolbox:
                 servers[name]["problems"] = list(c.problems)
         meta: dict[str, Any] = {
             "servers": servers,
-            "tools": [
-                {"name": t.spec.name, "server": t.server.name, "tool": t.tool} for t in self.tools
-            ],
+            "tools": [_entry(t) for t in self.tools],
         }
         if self.left_out:
             meta["left_out"] = self.left_out
@@ -173,3 +212,8 @@ class McpToolbox:
 
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.connections.values()))
+
+
+def _entry(tool: McpTool) -> dict[str, str]:
+    """What a tool name stands for, for the runlog."""
+    return {"name": tool.spec.name, "server": tool.server.name, "tool": tool.tool}

@@ -49,6 +49,17 @@ def _confinement(confinement: Mapping[str, Any] | None) -> str:
     return f" · commands {where}, {network}"
 
 
+def tools_changed_line(step: int, changed: Mapping[str, Any]) -> str:
+    """``  step  3  tools changed: + shop__added · - shop__old``."""
+    added = [str(a.get("name")) for a in changed.get("added") or () if isinstance(a, Mapping)]
+    parts = [f"+ {', '.join(added)}"] if added else []
+    for sign, key in (("-", "removed"), ("~", "changed")):
+        if changed.get(key):
+            parts.append(f"{sign} {', '.join(map(str, changed[key]))}")
+    why = " (resumed)" if changed.get("resumed") else ""
+    return f"  step {step:>2}  tools changed{why}: {' · '.join(parts) or 'the same names'}"
+
+
 def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str | None:
     """One line for the events a person follows; None for the rest."""
     kind = event["kind"]
@@ -58,6 +69,9 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
             f"model {event.get('model') or '(none)'}{_confinement(event.get('confinement'))}\n"
             f"task: {_first_line(str(event.get('task', '')), 200)}"
         )
+    if kind == "llm_request":
+        changed = event.get("tools_changed")
+        return tools_changed_line(event["step"], changed) if changed else None
     if kind == "llm_response":
         if event.get("tool_calls_from_text"):
             pending[_FROM_TEXT] = event  # its calls were read from text: say so on each

@@ -368,6 +368,7 @@ export class Timeline {
         at(this.newItem("started", event));
         break;
       case "llm_request":
+        if (event.tools_changed && typeof event.tools_changed === "object") at(this.newItem("tools", event));
         at(this.stepItem(event.step, event)).request = event;
         break;
       case "llm_response": {
@@ -657,6 +658,22 @@ const renderers = {
     return h("li", { class: "item note fallback" }, head(badge("fallback", "kind"),
       ` from ${asText(from.model)} on ${asText(from.backend)} to ${asText(to.model)} on ${asText(to.backend)} (${asText(e.reason)})`),
     h("div", { class: "note-text" }, asText(e.message)));
+  },
+
+  tools(item) {
+    const e = item.event;
+    const changed = e.tools_changed;
+    const names = (list, pick) => (Array.isArray(list) ? list.map(pick).map(asText).join(", ") : "");
+    const parts = [];
+    const added = names(changed.added, (a) => (a && typeof a === "object" ? a.name : a));
+    if (added) parts.push(`added ${added}`);
+    const removed = names(changed.removed, (n) => n);
+    if (removed) parts.push(`removed ${removed}`);
+    const altered = names(changed.changed, (n) => n);
+    if (altered) parts.push(`changed ${altered}`);
+    const why = changed.resumed === true ? " (the run was resumed)" : "";
+    return h("li", { class: "item note tools" }, head(badge(stepLabel(e.step), "step-no"),
+      ` the tools offered changed${why}: ${parts.join("; ") || "the same names"}`));
   },
 
   nudge(item) {
