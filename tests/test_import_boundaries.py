@@ -15,7 +15,9 @@ ALLOWED = {
     "application": {"fabric.domain", "fabric.config", "fabric.application"},
     "config": {"fabric.domain", "fabric.config"},
 }
-FORBIDDEN_THIRD_PARTY = {"application": {"httpx", "fastapi", "typer", "uvicorn", "yaml"}}
+FORBIDDEN_THIRD_PARTY = {
+    "application": {"httpx", "fastapi", "typer", "uvicorn", "yaml", "dbos", "sqlalchemy", "mcp"}
+}
 
 
 def _imports(path: Path) -> list[str]:

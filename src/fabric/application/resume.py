@@ -263,7 +263,7 @@ def _resumed_note(before: Sequence[Tool], now: Sequence[Tool]) -> dict[str, Any]
     return {**diff, "resumed": True, "added": [{"name": n} for n in diff["added"]]}
 
 
-class _ResumingRunLog:
+class ResumingRunLog:
     """The reopened runlog: drops ``run_started`` and the re-driven steps' events (already in
     the log), writing ``run_resumed`` in place of the former, with the end the run is resumed
     from (which the reopened log leaves out); passes everything else on."""
@@ -366,7 +366,7 @@ async def resume_task(
     resumed_kit = dataclasses.replace(
         kit,
         chat=resuming,
-        runlog=_ResumingRunLog(kit.runlog, plan, state),
+        runlog=ResumingRunLog(kit.runlog, plan, state),
         tool_updates=offers,
     )
     # an "ask" in a re-driven step gets its recorded answer; later ones go to the approver
@@ -375,4 +375,4 @@ async def resume_task(
     return await execute_task(job, resumed_kit, dataclasses.replace(control, approver=approver))
 
 
-__all__ = ["ResumePlan", "plan_resume", "resume_task"]
+__all__ = ["ResumePlan", "ResumingRunLog", "plan_resume", "resume_task"]

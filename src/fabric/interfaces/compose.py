@@ -13,6 +13,7 @@ from fabric.application.ports import RunObserver, TaskStore
 from fabric.config.loader import LoadedConfig
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.secrets import Secrets
+from fabric.infrastructure.durable.where import database_url, sqlite_path
 from fabric.infrastructure.llm.backends import Backends
 from fabric.infrastructure.sandbox import command_runner
 from fabric.interfaces.model_resolver import ChatFactory
@@ -124,14 +125,17 @@ def embedded_files(loaded: LoadedConfig) -> tuple[Path, ...]:
 
 
 def service_files(loaded: LoadedConfig) -> tuple[Path, ...]:
-    """The HTTP service's task database (first; with its WAL files) and token file: kept from
-    every run's tools, also a CLI run whose workspace holds them."""
+    """The HTTP service's task database (first; with its WAL files), the database of durable
+    runs and the token file: kept from every run's tools, also a CLI run whose workspace holds
+    them."""
     serve = loaded.config.serve
-    database = (loaded.base_dir / serve.database).resolve()
+    files = [(loaded.base_dir / serve.database).resolve()]
+    # the recorded steps of durable runs: a run that wrote them could forge a person's answer
+    durable = sqlite_path(database_url(serve.durable_database, loaded.base_dir))
+    if durable is not None:
+        files.append(durable)
     return (
-        database,
-        database.with_name(database.name + "-wal"),
-        database.with_name(database.name + "-shm"),
+        *(f.with_name(f.name + end) for f in files for end in ("", "-wal", "-shm")),
         Path(serve.token_file).expanduser().resolve(),
     )
 

@@ -37,8 +37,10 @@ from fabric.infrastructure.tools.search_check import search_problem
 from fabric.interfaces.model_resolver import ChatFactory, ModelResolver
 from fabric.interfaces.run_setup import CommandFactory, RunSetup
 
-if TYPE_CHECKING:  # a run needs neither: loaded when a replay or resume asks
+if TYPE_CHECKING:  # a run needs none: loaded when a replay, resume or durable run asks
+    from fabric.application.durable import Checkpoints
     from fabric.application.replay import Recording, ReplayReport
+    from fabric.application.resume import ResumePlan
     from fabric.infrastructure.mcp.toolbox import McpToolbox
 
 
@@ -139,17 +141,29 @@ class Runner:
         await _check_search(request.pack, loaded_pack)
         return folder
 
-    async def run(self, request: RunRequest, control: Control | None = None) -> RunResult:
+    async def run(
+        self,
+        request: RunRequest,
+        control: Control | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> RunResult:
         """Run one task to its end and return the result; the runlog is on disk.
         ``control`` cancels it, answers the calls the pack's policy asks about (no approver:
-        they are refused) and watches it."""
+        they are refused) and watches it. With ``checkpoints`` the run is durable (ADR 0020):
+        each outside effect is a recorded step, and a run whose runlog exists already is one
+        whose process died, driven again from its recorded steps into the same runlog."""
         control = self._control(control)
         folder = await self.admit(request)
         loaded_pack = self.pack(request.pack).for_run(request.verify)
         limits = _limits(loaded_pack.settings.limits, request.max_steps)
+        run_id = request.run_id or new_run_id()
+        recovered = await self._recovered(run_id) if checkpoints is not None else None
+        watching = control.events()
 
         def open_log() -> JsonlRunLog:
-            return self.open_runlog(request.run_id or new_run_id(), control.events())
+            if recovered is not None:
+                return self._reopen(self.runlog_path(run_id), watching)
+            return self.open_runlog(run_id, watching)
 
         async with self.setup.session(
             loaded_pack, folder, request.backend, request.model, open_log
@@ -165,9 +179,40 @@ class Runner:
                     **self.setup.meta(session.resolution),
                     **_verify_meta(request.verify),
                     **session.meta(),
+                    **({"durable": True} if checkpoints is not None else {}),
                 },
             )
-            return await execute_task(job, session.kit, control)
+            kit = session.kit
+            if checkpoints is not None:
+                from fabric.application.durable import checkpointed
+                from fabric.application.replay.divergence import ReplayState
+                from fabric.application.resume import ResumingRunLog
+
+                state = ReplayState()
+                job, kit, control = checkpointed(job, kit, control, checkpoints, state)
+                if recovered is not None:  # what the log holds already is not written again
+                    kit = dataclasses.replace(
+                        kit, runlog=ResumingRunLog(kit.runlog, recovered, state)
+                    )
+            return await execute_task(job, kit, control)
+
+    async def _recovered(self, run_id: str) -> ResumePlan | None:
+        """For a durable run whose runlog exists: how far it got (its process died)."""
+        import asyncio
+
+        from fabric.application.resume import plan_resume
+
+        path = self.runlog_path(run_id)
+        if not path.exists():
+            return None
+        events = await asyncio.to_thread(self.read_runlog, path)
+        return dataclasses.replace(plan_resume(events), reason="recovered")
+
+    def _reopen(self, path: Path, observers: Sequence[Observer]) -> JsonlRunLog:
+        try:
+            return JsonlRunLog.reopen(path, *observers, secrets=self.secrets, clock=self.clock)
+        except OSError as exc:
+            raise ConfigError(f"cannot append to {path}: {exc}") from exc
 
     async def resume(
         self,
@@ -199,12 +244,7 @@ class Runner:
         backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
 
         def open_log() -> JsonlRunLog:
-            try:
-                return JsonlRunLog.reopen(
-                    path, *control.events(), secrets=self.secrets, clock=self.clock
-                )
-            except OSError as exc:
-                raise ConfigError(f"cannot append to {path}: {exc}") from exc
+            return self._reopen(path, control.events())
 
         async with self.setup.session(loaded_pack, folder, backend, model, open_log) as session:
             return await resume_task(

@@ -59,3 +59,9 @@ class ServeSettings(_Strict):
     database: str = Field(
         "tasks.sqlite3", description="The task records (relative to the config's folder)."
     )
+    durable_database: str = Field(
+        "durable.sqlite3",
+        description="The recorded steps of durable runs (`fabric run --durable`, ADR 0020): "
+        "a SQLite file relative to the config's folder, or a database URL; "
+        "$FABRIC_DATABASE_URL overrides it.",
+    )

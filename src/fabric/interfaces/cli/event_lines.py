@@ -169,6 +169,8 @@ def _resumed_after(event: Mapping[str, Any]) -> str:
         return f"it had ended: {_outcome(ended)}"
     if event.get("reason") == "interrupted":
         return "it had been interrupted"
+    if event.get("reason") == "recovered":
+        return "a durable run recovered: its process had died"
     return f"after {event.get('reason')}"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -15,6 +15,8 @@ from .startup import fail, load, read_run, say, settle
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
+    from fabric.application.job import Control, RunRequest
+    from fabric.config.loader import LoadedConfig
     from fabric.domain.models import RunResult
     from fabric.interfaces.compose import Runner
 
@@ -49,6 +51,15 @@ def run(
     ] = None,
     no_verify: Annotated[
         bool, typer.Option("--no-verify", help="Do not run the pack's verify.command.")
+    ] = False,
+    durable: Annotated[
+        bool,
+        typer.Option(
+            "--durable",
+            help="Record every model call, tool call and answer in the database of durable "
+            "runs (serve.durable_database): if fabric dies, `fabric resume RUN` goes on from "
+            "the last recorded step without asking or running anything twice.",
+        ),
     ] = False,
 ) -> None:
     """Run a task with a pack, show each step, print the result and the runlog path.
@@ -97,9 +108,36 @@ def run(
         approver=cli_approver(yes=yes, progress=progress),
         observers=(progress,) if progress else (),
     )
-    started = runner.run(request, control)
+    if durable:
+        started = _durably(runner, loaded, control, request=request)
+    else:
+        started = runner.run(request, control)
     # with progress lines on, they have already said why a run failed
     _drive(runner, started, runner.runlog_path(run_id), as_json, explain=quiet)
+
+
+async def _durably(
+    runner: Runner,
+    loaded: LoadedConfig,
+    control: Control,
+    *,
+    request: RunRequest | None = None,
+    resume: str | None = None,
+) -> RunResult:
+    """``request`` as a durable run (ADR 0020), or the continuation of the durable run
+    ``resume`` whose process died."""
+    import fabric
+    from fabric.infrastructure.durable.engine import DurableRuns
+    from fabric.infrastructure.durable.where import database_url
+
+    url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
+    async with DurableRuns(url, version=fabric.__version__) as durable:
+        if resume is not None:
+            say(f"continuing durable run {resume} from its last recorded step ({durable.where()})")
+            return await durable.continue_run(runner.run, resume, control)
+        assert request is not None
+        say(f"durable run: every step is recorded in {durable.where()}")
+        return await durable.run(runner.run, request, control)
 
 
 def _drive(
@@ -174,5 +212,21 @@ def resume(
     progress = Progress(sys.stderr, live=sys.stderr.isatty(), secrets=runner.secrets)
 
     control = Control(approver=cli_approver(yes=yes, progress=progress), observers=(progress,))
-    started = runner.resume(events, path, max_steps=max_steps, control=control)
+    durable = bool(events and events[0].get("durable")) and not _ended(events)
+    if durable and max_steps is not None:
+        problem = ConfigError(
+            "--max-steps cannot change an unfinished durable run: it goes on as it was started",
+            hint="resume it without --max-steps; once it ends at its limit, resume it with more",
+        )
+        fail(problem, as_json=as_json, code=2)
+    if durable:
+        run_id = str(events[0].get("run_id"))
+        started = _durably(runner, loaded, control, resume=run_id)
+    else:
+        started = runner.resume(events, path, max_steps=max_steps, control=control)
     _drive(runner, started, path, as_json, explain=as_json)
+
+
+def _ended(events: list[dict[str, Any]]) -> bool:
+    """Whether the log ends with the run's end (a durable run that ended is resumed as any)."""
+    return bool(events) and events[-1].get("kind") == "run_finished"

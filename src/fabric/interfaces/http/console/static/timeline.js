@@ -696,6 +696,7 @@ const renderers = {
     if (e.ended && typeof e.ended === "object") {
       why = `it had ended: ${asText(e.ended.status)} after ${fmtInt(e.ended.steps)} step(s)`;
     } else if (e.reason === "interrupted") why = "it had been interrupted";
+    else if (e.reason === "recovered") why = "a durable run recovered: its process had died";
     return h("li", { class: "item resumed" }, `resumed at step ${asText(e.from_step)} (${why})`);
   },
 

@@ -1,0 +1,1 @@
+"""Durable runs on DBOS (ADR 0020)."""

@@ -1,0 +1,281 @@
+"""DBOS as the recorder of durable runs (ADR 0020): one workflow per run (its id is the run
+id), each outside effect of the run one DBOS step (``DbosCheckpoints``), values stored as
+JSON. SQLite in WAL mode by default; any SQLAlchemy URL DBOS takes (Postgres) otherwise.
+
+A process launches DBOS once (``DurableRuns``) with an executor id of its own (host, process
+id, a random part), so it never takes over a run another live process is driving; a run whose
+process died is continued on request (``continue_run``) once that process is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dbos import DBOS, DBOSConfig, Serializer, SetWorkflowID
+
+from fabric.application.job import Control, RunRequest
+from fabric.domain.errors import ConfigError, RunError
+from fabric.domain.models import RunResult, RunStatus, Usage
+
+from .where import ENV_URL, sqlite_path
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+_log = logging.getLogger(__name__)
+
+WORKFLOW = "fabric.run"
+"""The name the run workflow is registered under (and recorded with)."""
+
+RunFn = Callable[[RunRequest, Control, Any], Awaitable[RunResult]]
+"""Runs one request with a control and checkpoints (``Runner.run``)."""
+
+_runs: dict[str, tuple[RunFn, Control]] = {}
+"""What drives each run this process started or continues, by run id: the workflow finds it
+here (a control with its approver and observers cannot be stored in a database)."""
+_registered: list[Any] = []
+
+
+class JsonSerializer(Serializer):
+    """DBOS's values as JSON: its default, pickle, would make a shared database a way to run
+    code in every process that reads it."""
+
+    def serialize(self, data: Any) -> str:
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+    def deserialize(self, serialized_data: str) -> Any:
+        return json.loads(serialized_data)
+
+    def name(self) -> str:
+        return "fabric_json"
+
+
+class DbosCheckpoints:
+    """``Checkpoints`` on DBOS steps."""
+
+    async def step(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        async def run() -> Any:  # DBOS awaits what a coroutine function returns, only that
+            return await call()
+
+        return await DBOS.run_step_async({"name": name}, run)
+
+
+def _engine(url: str) -> sa.Engine | None:
+    """For SQLite: an engine whose connections use WAL and ``synchronous=NORMAL`` (DBOS sets
+    neither; each recorded step commits, ~3x faster so) and wait for a busy database."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    import sqlalchemy as sa
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+    @sa.event.listens_for(engine, "connect")
+    def _pragmas(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return engine
+
+
+def _result_json(result: RunResult) -> dict[str, Any]:
+    return {
+        "run_id": result.run_id,
+        "status": result.status.value,
+        "payload": result.payload,
+        "steps": result.steps,
+        "usage": [result.usage.prompt_tokens, result.usage.completion_tokens],
+        "duration_s": result.duration_s,
+        "runlog_path": result.runlog_path,
+        "error": result.error,
+        "cost_usd": result.cost_usd,
+    }
+
+
+def _result(value: Mapping[str, Any]) -> RunResult:
+    prompt, completion = value.get("usage") or (0, 0)
+    return RunResult(
+        run_id=str(value["run_id"]),
+        status=RunStatus(value["status"]),
+        payload=value.get("payload"),
+        steps=int(value.get("steps", 0)),
+        usage=Usage(int(prompt), int(completion)),
+        duration_s=float(value.get("duration_s", 0.0)),
+        runlog_path=value.get("runlog_path"),
+        error=value.get("error"),
+        cost_usd=value.get("cost_usd"),
+    )
+
+
+def _register() -> Any:
+    """The run workflow, registered with DBOS once per process (before it launches)."""
+    if _registered:
+        return _registered[0]
+
+    @DBOS.workflow(name=WORKFLOW)
+    async def durable_run(request: dict[str, Any]) -> dict[str, Any]:
+        run_id = str(request["run_id"])
+        driver = _runs.get(run_id)
+        if driver is None:
+            raise RunError(
+                f"durable run {run_id} was started again by DBOS without a fabric to drive it",
+                hint=f"continue it with `fabric resume {run_id}`",
+            )
+        run, control = driver
+        fields = dict(request)
+        workspace = fields.pop("workspace", None)
+        result = await run(
+            RunRequest(**fields, workspace=None if workspace is None else Path(workspace)),
+            control,
+            DbosCheckpoints(),
+        )
+        return _result_json(result)
+
+    _registered.append(durable_run)
+    return durable_run
+
+
+def _request_json(request: RunRequest) -> dict[str, Any]:
+    return {
+        "pack": request.pack,
+        "task": request.task,
+        "workspace": None if request.workspace is None else str(request.workspace),
+        "model": request.model,
+        "backend": request.backend,
+        "max_steps": request.max_steps,
+        "verify": request.verify,
+        "run_id": request.run_id,
+    }
+
+
+def executor_id() -> str:
+    """This process: host, process id and a random part (a reused pid is another process)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _owner_alive(owner: str | None) -> bool | None:
+    """Whether the process that owns a run is alive: True or False on this host, None when
+    it is another host's (or unknown)."""
+    host, _, rest = (owner or "").partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class DurableRuns:
+    """DBOS, launched for this process on one database."""
+
+    def __init__(self, url: str, *, version: str) -> None:
+        self.url = url
+        self.version = version
+        self.executor = executor_id()
+        self._launched = False
+
+    def where(self) -> str:
+        """The database, for people (a Postgres URL without its password)."""
+        path = sqlite_path(self.url)
+        if path is not None:
+            return f"SQLite {path}"
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+
+    async def __aenter__(self) -> DurableRuns:
+        await asyncio.to_thread(self._launch)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self._destroy)
+
+    def _launch(self) -> None:
+        _register()
+        config: DBOSConfig = {
+            "name": "fabric",
+            "system_database_url": self.url,
+            "executor_id": self.executor,
+            "application_version": self.version,
+            "serializer": JsonSerializer(),
+            "log_level": "WARNING",
+        }
+        engine = _engine(self.url)
+        if engine is not None:
+            config["system_database_engine"] = engine
+        try:
+            DBOS(config=config)
+            DBOS.launch()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                DBOS.destroy()
+            raise ConfigError(
+                f"cannot open the database of durable runs ({self.where()}): {exc}",
+                hint=f"check serve.durable_database in fabric.yaml or ${ENV_URL}",
+            ) from exc
+        self._launched = True
+
+    def _destroy(self) -> None:
+        if self._launched:
+            DBOS.destroy(destroy_registry=False)
+            self._launched = False
+
+    async def run(self, run: RunFn, request: RunRequest, control: Control) -> RunResult:
+        """Run ``request`` (its ``run_id`` set) as a durable workflow and return its result."""
+        assert request.run_id is not None, "a durable run needs its run id up front"
+        _runs[request.run_id] = (run, control)
+        try:
+            with SetWorkflowID(request.run_id):
+                handle = await DBOS.start_workflow_async(_register(), _request_json(request))
+            return _result(await handle.get_result())
+        finally:
+            _runs.pop(request.run_id, None)
+
+    async def status(self, run_id: str) -> tuple[str, str | None] | None:
+        """The run's workflow status and owner, or None when it was not a durable run."""
+        found = await DBOS.list_workflows_async(workflow_ids=[run_id])
+        if not found:
+            return None
+        return str(found[0].status), found[0].executor_id
+
+    async def continue_run(self, run: RunFn, run_id: str, control: Control) -> RunResult:
+        """Continue the durable run ``run_id`` whose process died, from its last recorded
+        step; ConfigError when it is not a durable run, has ended, or its process lives."""
+        status = await self.status(run_id)
+        if status is None:
+            raise ConfigError(
+                f"run {run_id} is not in the database of durable runs ({self.where()})",
+            )
+        state, owner = status
+        if state != "PENDING":
+            raise ConfigError(f"durable run {run_id} is not unfinished (its state: {state})")
+        alive = _owner_alive(owner)
+        if alive is not False:
+            where = "still running in process" if alive else "owned by"
+            raise ConfigError(
+                f"durable run {run_id} is {where} {owner}",
+                hint="wait for it to end; a run is continued only once its process is gone",
+            )
+        _runs[run_id] = (run, control)
+        try:
+            handle = await DBOS.resume_workflow_async(run_id)
+            return _result(await handle.get_result())
+        finally:
+            _runs.pop(run_id, None)

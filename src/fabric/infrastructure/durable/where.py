@@ -1,0 +1,24 @@
+"""Where durable runs are recorded (ADR 0020), without loading DBOS: the service's protected
+files need to know."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_URL = "FABRIC_DATABASE_URL"
+"""A database URL that overrides the config's (e.g. Postgres for many machines)."""
+
+
+def database_url(configured: str, base_dir: Path) -> str:
+    """The database of durable runs: ``$FABRIC_DATABASE_URL``, else the configured one, a URL
+    or a SQLite file relative to the config's folder."""
+    url = os.environ.get(ENV_URL) or configured
+    if "://" in url:
+        return url
+    return f"sqlite:///{(base_dir / url).resolve()}"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database)."""
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None

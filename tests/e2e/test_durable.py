@@ -1,0 +1,182 @@
+"""Durable runs (ADR 0020), for real: `fabric run --durable` killed with SIGKILL in the middle
+of a step's command, then `fabric resume`: the model is not asked again for a step whose
+reply was recorded, a command that finished does not run twice, the command cut off does
+(it had not finished), and the runlog stays one valid log that says where the run was
+recovered."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import assert_valid_runlog, read_events
+
+from fabric.infrastructure.sandbox import cgroup
+from fabric.testing import MockOpenAIServer, completion
+
+CONFIG = """
+version: 1
+llm:
+  backend: openai
+  backends:
+    openai: {{kind: openai, base_url: "{url}"}}
+  models: {{default: mock}}
+runs_dir: runs
+packs:
+  counter:
+    builder: declarative
+    system_prompt: You count.
+    tools: [shell]
+    finish_schema: {{type: object, properties: {{answer: {{type: string}}}}, required: [answer]}}
+    sandbox: {{allowed_commands: [python], command_timeout: 300}}
+"""
+ONCE = "python -c \"open('once.txt', 'a').write('1')\""
+"""Step 1's command: appends a 1 each time it runs."""
+CUT = (
+    "python -c \"import pathlib, time; p = pathlib.Path('cut.txt'); "
+    "n = len(p.read_text()) if p.exists() else 0; p.write_text('x' * (n + 1)); "
+    'time.sleep(120 if n == 0 else 0)"'
+)
+"""Step 2's command: the first time it runs it marks the file and sleeps (fabric is killed
+then); the second time it marks it again and ends."""
+
+
+def _wait_for(predicate: Callable[[], object], what: str, limit: float = 120.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+class Model:
+    """Answers by how many assistant replies the history holds: step 1, 2, 3."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, body: dict[str, Any]) -> tuple[int, Any]:
+        step = 1 + sum(1 for m in body["messages"] if m.get("role") == "assistant")
+        with self.lock:
+            self.asked.append(step)
+        if step == 1:
+            return 200, completion(None, [("shell", {"command": ONCE})])
+        if step == 2:
+            return 200, completion(None, [("shell", {"command": CUT})])
+        return 200, completion(None, [("finish_task", {"answer": "counted"})])
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    # a killed fabric cannot remove its commands' cgroups (ADR 0012): empty by now
+    where = cgroup.layout()
+    for parent in (where.pids_parent, where.memory_parent) if where else ():
+        for left in parent.glob("fabric-*") if parent else ():
+            with contextlib.suppress(OSError):
+                left.rmdir()
+
+
+def _fabric(folder: Path, *argv: str) -> subprocess.Popen[bytes]:
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    with (folder / "fabric.out").open("ab") as out:  # the child has its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "fabric", *argv, "--config", str(folder / "fabric.yaml")],
+            env={**os.environ, "PATH": path},
+            cwd=folder / "ws",
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(folder: Path) -> None:
+    model = Model()
+    with MockOpenAIServer(model) as server:
+        (folder / "fabric.yaml").write_text(CONFIG.format(url=server.base_url))
+        workspace = folder / "ws"
+        workspace.mkdir()
+        proc = _fabric(folder, "run", "--durable", "--pack", "counter", "--json", "count")
+        try:
+            _wait_for(
+                lambda: (workspace / "cut.txt").exists() or proc.poll() is not None,
+                "step 2's command to start",
+            )
+            assert proc.poll() is None, (folder / "fabric.out").read_text()
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(60)
+        assert model.asked == [1, 2]
+        [runlog] = (folder / "runs").glob("*/runlog.jsonl")
+        run_id = runlog.parent.name
+        # the database says the run is unfinished
+        database = folder / "durable.sqlite3"
+        with contextlib.closing(sqlite3.connect(database)) as db:
+            [(status,)] = db.execute(
+                "SELECT status FROM workflow_status WHERE workflow_uuid = ?", (run_id,)
+            )
+        assert status == "PENDING"
+
+        resumed = _fabric(folder, "resume", run_id, "--json")
+        assert resumed.wait(300) == 0, (folder / "fabric.out").read_text()
+        output = (folder / "fabric.out").read_text()
+        result = json.loads(output[output.rindex('{\n  "run_id"') :])
+        assert result["status"] == "completed" and result["steps"] == 3
+        # steps 1 and 2 had their replies recorded: only step 3 was asked for
+        assert model.asked == [1, 2, 3]
+        assert (workspace / "once.txt").read_text() == "1"  # finished: not run again
+        assert (workspace / "cut.txt").read_text() == "xx"  # cut off: run again, to its end
+        events = assert_valid_runlog(read_events(runlog))
+        kinds = [e["kind"] for e in events]
+        assert kinds.count("run_started") == 1 and kinds[-1] == "run_finished"
+        [again] = [e for e in events if e["kind"] == "run_resumed"]
+        assert again["reason"] == "recovered" and again["from_step"] == 2
+        after = events[kinds.index("run_resumed") :]
+        assert [e["step"] for e in after if e["kind"] == "tool_result"] == [2]
+        assert "durable run: every step is recorded in SQLite" in output
+        assert "resumed at step 2 (a durable run recovered: its process had died)" in output
+
+        # it ended: a second resume says so, and nothing is asked
+        again_proc = _fabric(folder, "resume", run_id)
+        assert again_proc.wait(120) == 2
+        assert model.asked == [1, 2, 3]
+
+
+def test_dbos_stays_off_the_path_of_runs_that_are_not_durable() -> None:
+    code = (
+        "import sys; import fabric.interfaces.cli.app, fabric.interfaces.cli.run_cmd; "
+        "from fabric.interfaces.compose import build_runner, service_files; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dbos', 'sqlalchemy')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_tools_never_touch_the_database_of_durable_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fabric.config.loader import load_config
+    from fabric.interfaces.compose import service_files
+
+    (tmp_path / "fabric.yaml").write_text(CONFIG.format(url="http://127.0.0.1:9/v1"))
+    protected = service_files(load_config(tmp_path / "fabric.yaml"))
+    database = (tmp_path / "durable.sqlite3").resolve()
+    for end in ("", "-wal", "-shm"):
+        assert database.with_name(database.name + end) in protected
+    elsewhere = tmp_path / "elsewhere" / "steps.db"
+    monkeypatch.setenv("FABRIC_DATABASE_URL", f"sqlite:///{elsewhere}")
+    assert elsewhere.resolve() in service_files(load_config(tmp_path / "fabric.yaml"))
+    monkeypatch.setenv("FABRIC_DATABASE_URL", "postgresql://db.example/fabric")
+    assert database not in service_files(load_config(tmp_path / "fabric.yaml"))

@@ -1,0 +1,155 @@
+"""A durable run's outside effects as recorded steps (ADR 0020), with an in-memory recorder:
+the first run records every model reply, tool result, failure, answer, brief and verdict as
+JSON; driven again, the run gets them all back without asking, running or looking again, and
+ends the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from fabric.application.durable import checkpointed
+from fabric.application.execute_task import execute_task
+from fabric.application.job import Control, Job, Kit
+from fabric.application.pack import Briefing, Pack
+from fabric.application.replay.divergence import ReplayState
+from fabric.application.verify import Verdict
+from fabric.config.schema import SandboxSettings
+from fabric.domain.errors import ToolError
+from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
+from fabric.infrastructure.tools.function_tool import FunctionTool
+from fabric.testing import MemoryRunLog, ScriptedChatClient, tool_call
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+class Recorder:
+    """Checkpoints in memory, as JSON (what a database would hold)."""
+
+    def __init__(self) -> None:
+        self.values: list[tuple[str, str]] = []
+        self.at = 0
+
+    def again(self) -> None:
+        self.at = 0
+
+    async def step(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
+        self.at += 1
+        if self.at <= len(self.values):
+            recorded_name, value = self.values[self.at - 1]
+            assert recorded_name == name, f"step {self.at}: {recorded_name} recorded, {name} now"
+            return json.loads(value)
+        value = json.dumps(await call())
+        self.values.append((name, value))
+        return json.loads(value)
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+
+    def count(self, what: str) -> None:
+        self.runs[what] = self.runs.get(what, 0) + 1
+
+
+def _pack(counts: Counts) -> Pack:
+    def note(text: str) -> str:
+        """Note it.
+
+        Args:
+            text: What to note.
+        """
+        counts.count("note")
+        if text == "bad":
+            raise ToolError("bad note", hint="write a good one")
+        if text == "crash":
+            raise KeyError("no such note")
+        return f"noted {text}"
+
+    async def brief(ctx: Any) -> Briefing:
+        counts.count("brief")
+        return Briefing("two notes are there", ran={"tests": 0})
+
+    class Check:
+        name = "notes are good"
+
+        async def verify(self, payload: Any, ctx: Any, record: Any) -> Verdict:
+            counts.count("verify")
+            return Verdict(True, "fine", detail={"looked": 2}, confirms=True)
+
+    return Pack(
+        "notes",
+        "notes",
+        "You note.",
+        [FunctionTool(note, name="note")],
+        finish_schema=SCHEMA,
+        brief=brief,
+        verifiers=[Check()],
+    )
+
+
+class Yes:
+    def __init__(self, counts: Counts) -> None:
+        self.counts = counts
+
+    async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+        self.counts.count("asked")
+        return ApprovalAnswer(True, "cli")
+
+
+def _run(
+    tmp_path: Path, recorder: Recorder, counts: Counts, script: list[Any]
+) -> tuple[Any, list[dict[str, Any]]]:
+    chat = ScriptedChatClient(script)
+    log = MemoryRunLog()
+    sandbox = SandboxSettings.model_validate(
+        {"policy": {"rules": [{"tool": "note", "verdict": "ask"}]}}
+    )
+    job = Job("note things", _pack(counts), "r1", tmp_path, sandbox=sandbox)
+    control = Control(approver=Yes(counts))
+    job, kit, control = checkpointed(job, Kit(chat, log), control, recorder, ReplayState())
+    result = asyncio.run(execute_task(job, kit, control))
+    return result, log.events
+
+
+def test_driven_again_a_run_gets_every_recorded_effect_back(tmp_path: Path) -> None:
+    script = [
+        tool_call("note", {"text": "one"}),
+        tool_call("note", {"text": "bad"}),
+        tool_call("note", {"text": "crash"}),
+        tool_call("finish_task", {"answer": "noted"}),
+    ]
+    recorder, counts = Recorder(), Counts()
+    first, events = _run(tmp_path, recorder, counts, script)
+    assert first.status.value == "completed"
+    assert counts.runs == {"brief": 1, "note": 3, "asked": 3, "verify": 1}
+    names = [n for n, _ in recorder.values]
+    assert names == [
+        "brief", "model", "approval", "tool:note", "model", "approval", "tool:note",
+        "model", "approval", "tool:note", "model", "verify:notes are good",
+    ]  # fmt: skip
+
+    # driven again from the records: a model that would fail, nothing runs, nobody is asked
+    recorder.again()
+    again, replayed = _run(tmp_path, recorder, counts, [])
+    assert counts.runs == {"brief": 1, "note": 3, "asked": 3, "verify": 1}
+    assert (again.status, again.payload, again.steps) == (first.status, first.payload, 4)
+
+    def results(log: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [
+            (e["ok"], e["output"], (e.get("error") or {}).get("code"))
+            for e in log
+            if e["kind"] == "tool_result"
+        ]
+
+    assert results(replayed) == results(events)
+    bad, crash = results(events)[1:]
+    assert bad == (False, "error: bad note\n  hint: write a good one", "tool_error")
+    assert crash[0] is False and "KeyError: 'no such note'" in crash[1]
+    verdicts = [e for e in replayed if e["kind"] == "verification"]
+    assert verdicts[0]["looked"] == 2 and verdicts[0]["ok"] is True
+    briefs = [e["text"] for e in replayed if e["kind"] == "brief"]
+    assert briefs == ["two notes are there"]
