@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from fabric.domain.errors import FabricError, ToolError
+from fabric.domain.errors import FabricError, RecordedRunError, RecordedToolError, ToolError
 from fabric.domain.models import ChatRequest, ChatResponse, ToolSpec
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 
@@ -24,6 +24,7 @@ from .job import Control, Job, Kit
 from .pack import Brief, Briefing, Pack
 from .ports import Approver, ChatClient, Tool, ToolChange, ToolUpdates
 from .replay.divergence import ReplayState
+from .replay.offers import UnavailableTool
 from .replay.recorded import recorded_response
 from .verify import RunRecord, Verdict, Verifier
 
@@ -38,30 +39,6 @@ class Checkpoints(Protocol):
         """``call``'s value, the first time the run reaches this step; the value recorded then
         when the run is driven again after its process died."""
         ...
-
-
-class _Failed(FabricError):
-    """A failure recorded by a step, raised again as it was: the same code, message, hint."""
-
-    def __init__(self, error: Mapping[str, Any]) -> None:
-        super().__init__(str(error.get("message", "")), hint=str(error.get("hint", "")))
-        self._code = str(error.get("code", "run_error"))
-
-    @property
-    def code(self) -> str:
-        return self._code
-
-
-class _FailedTool(ToolError):
-    """A tool's failure recorded by a step (the loop tells tool errors from other errors)."""
-
-    def __init__(self, error: Mapping[str, Any]) -> None:
-        super().__init__(str(error.get("message", "")), hint=str(error.get("hint", "")))
-        self._code = str(error.get("code", "tool_error"))
-
-    @property
-    def code(self) -> str:
-        return self._code
 
 
 def _crashed(error: Mapping[str, Any]) -> Exception:
@@ -91,8 +68,8 @@ def _unwrapped(recorded: Mapping[str, Any]) -> JSON:
     if "crash" in recorded:
         raise _crashed(recorded["crash"])
     if recorded.get("tool_error"):
-        raise _FailedTool(recorded["error"])
-    failed = _Failed(recorded["error"])
+        raise RecordedToolError(recorded["error"])
+    failed = RecordedRunError(recorded["error"])
     if recorded.get("status_code") is not None:
         failed.status_code = recorded["status_code"]  # type: ignore[attr-defined]
     raise failed
@@ -195,22 +172,12 @@ class CheckpointedVerifier:
         return None if event is None else Verdict.from_event(event)
 
 
-class _Gone:
+def _gone(spec: ToolSpec) -> UnavailableTool:
     """A tool a recorded change offered that this process does not have (its MCP server lists
     it no longer): offered as recorded, failing when called."""
-
-    def __init__(self, spec: ToolSpec) -> None:
-        self._spec = spec
-
-    @property
-    def spec(self) -> ToolSpec:
-        return self._spec
-
-    async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-        raise ToolError(
-            f"{self._spec.name} is no longer offered by its MCP server",
-            hint="use another tool",
-        )
+    return UnavailableTool(
+        spec, f"{spec.name} is no longer offered by its MCP server", "use another tool"
+    )
 
 
 class CheckpointedUpdates:
@@ -246,7 +213,7 @@ class CheckpointedUpdates:
             tool = self._pool.get(recorded.name)
             if tool is None or tool.spec != recorded:
                 # still a step: its call was recorded where it was offered
-                tool = self._pool[recorded.name] = CheckpointedTool(_Gone(recorded), self._points)
+                tool = self._pool[recorded.name] = CheckpointedTool(_gone(recorded), self._points)
             tools.append(tool)
         return ToolChange(tuple(tools), value["note"])
 

@@ -15,7 +15,9 @@
         │   │   ├── ModelToolsUnsupportedError   tools_unsupported
         │   │   └── ModelContextLengthError      context_length_exceeded
         │   └── ModelResponseError       invalid_response: an answer fabric cannot use
+        ├── RecordedRunError         a failure a runlog or a recorded step kept, raised again
         └── ToolError                raised inside a tool; the loop turns it into a tool result
+            ├── RecordedToolError        a tool's failure kept the same way (both: ``Recorded``)
             ├── ToolArgumentError        arguments failed validation
             ├── McpError                 an MCP server did not start, answer or stay up
             └── SandboxError             the sandbox refused (path outside workspace, command
@@ -27,7 +29,8 @@ output; the others derive theirs from the class name (``config_error``).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 
 class FabricError(Exception):
@@ -165,6 +168,32 @@ class ModelResponseError(ModelError):
 
 class ToolError(RunError):
     """A tool failed; the loop reports it to the model as the tool's result."""
+
+
+class Recorded(FabricError):
+    """An error as a runlog or a recorded step kept it (``as_dict``), raised again: the same
+    code, message and hint (a replay, a durable run driven again)."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        super().__init__(str(error.get("message", "")), hint=str(error.get("hint", "")))
+        self._recorded_code = str(error.get("code") or "")
+
+    DEFAULT_CODE: ClassVar[str] = "run_error"
+    """The code when the record has none."""
+
+    @property
+    def code(self) -> str:
+        return self._recorded_code or self.DEFAULT_CODE
+
+
+class RecordedRunError(Recorded, RunError):
+    """A recorded failure of a run (a model call, a check)."""
+
+
+class RecordedToolError(Recorded, ToolError):
+    """A recorded failure of a tool: the loop reports it to the model, as it did then."""
+
+    DEFAULT_CODE = "tool_error"
 
 
 class ToolArgumentError(ToolError):

@@ -19,23 +19,28 @@ from fabric.domain.models import ToolSpec
 from .recording import Recording
 
 
-class NotStarted:
-    """An MCP tool of the recorded run, for a replay that starts no server: its spec as the
-    run recorded it. A replay answers its calls from the runlog (``recorded_tools``); called
-    itself, it says why it cannot run."""
+class UnavailableTool:
+    """A tool offered with a recorded spec that cannot run here: called, it fails with
+    ``message`` and ``hint`` (a replay answers its calls from the runlog before that)."""
 
-    def __init__(self, spec: ToolSpec) -> None:
-        self._spec = spec
+    def __init__(self, spec: ToolSpec, message: str, hint: str) -> None:
+        self._spec, self._message, self._hint = spec, message, hint
 
     @property
     def spec(self) -> ToolSpec:
         return self._spec
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
-        raise ToolError(
-            f"{self._spec.name} is an MCP tool, and this replay starts no MCP server",
-            hint="replay with --live-tools to start the pack's servers",
-        )
+        raise ToolError(self._message, hint=self._hint)
+
+
+def not_started(spec: ToolSpec) -> UnavailableTool:
+    """An MCP tool of the recorded run, for a replay that starts no server."""
+    return UnavailableTool(
+        spec,
+        f"{spec.name} is an MCP tool, and this replay starts no MCP server",
+        "replay with --live-tools to start the pack's servers",
+    )
 
 
 class _Respecced:
@@ -70,14 +75,14 @@ def specs_of(definitions: Sequence[Any]) -> dict[str, ToolSpec]:
 
 
 def recorded_mcp(recording: Recording, own: Sequence[str]) -> list[Tool]:
-    """A ``NotStarted`` for every MCP tool the recorded run was offered (not a name of the
-    pack's own), with the spec it was first offered with."""
+    """A ``not_started`` tool for every MCP tool the recorded run was offered (not a name of
+    the pack's own), with the spec it was first offered with."""
     specs: dict[str, ToolSpec] = {}
     for step in recording.steps:
         for name, spec in specs_of(step.tools or ()).items():
             specs.setdefault(name, spec)
     return [
-        NotStarted(specs[name])
+        not_started(specs[name])
         for name in recording.mcp_names()
         if name in specs and name not in own
     ]
@@ -118,4 +123,4 @@ class RecordedOffers:
         return ToolChange(tuple(self.offered(recorded.tools)), recorded.tools_changed)
 
 
-__all__ = ["NotStarted", "RecordedOffers", "recorded_mcp", "specs_of"]
+__all__ = ["RecordedOffers", "UnavailableTool", "not_started", "recorded_mcp", "specs_of"]

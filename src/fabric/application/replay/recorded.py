@@ -25,7 +25,7 @@ from fabric.application.pack import Brief, Briefing, Pack
 from fabric.application.ports import RunLog, Tool
 from fabric.application.verify import RunRecord, Verdict, Verifier
 from fabric.domain.arguments import parse_arguments
-from fabric.domain.errors import RunError, ToolError
+from fabric.domain.errors import RecordedRunError, RecordedToolError, RunError, ToolError
 from fabric.domain.models import ChatRequest, ChatResponse, Message, ToolCall, ToolSpec, Usage
 
 from .divergence import (
@@ -136,18 +136,12 @@ def recorded_response(event: Mapping[str, Any]) -> ChatResponse:
     )
 
 
-class _RecordedToolError(ToolError):
+class _RecordedToolError(RecordedToolError):
     """A recorded failed tool result, told to the model exactly as it was then."""
 
     def __init__(self, result: Mapping[str, Any]) -> None:
-        error = result.get("error") or {}
-        super().__init__(str(error.get("message", "")), hint=str(error.get("hint", "")))
-        self._code = str(error.get("code", "tool_error"))
+        super().__init__(result.get("error") or {})
         self._output = str(result.get("output", ""))
-
-    @property
-    def code(self) -> str:
-        return self._code
 
     def __str__(self) -> str:
         return self._output.removeprefix("error: ")
@@ -294,18 +288,6 @@ __all__ = [
 ]
 
 
-class _RecordedCheckError(RunError):
-    """A check that could not run then, failing the same way now."""
-
-    def __init__(self, error: Mapping[str, Any]) -> None:
-        super().__init__(str(error.get("message", "")), hint=str(error.get("hint", "")))
-        self._code = str(error.get("code", "run_error"))
-
-    @property
-    def code(self) -> str:
-        return self._code
-
-
 class _RecordedVerifier:
     """A pack check whose verdicts come from the recording, in order; with ``live``, the
     checks of steps after ``upto_step`` are made for real (a resumed run's new steps)."""
@@ -335,7 +317,7 @@ class _RecordedVerifier:
             raise RunError(f"the recording has no further result of the check {self._name!r}")
         event = self._events.popleft()
         if isinstance(event.get("error"), Mapping):
-            raise _RecordedCheckError(event["error"])
+            raise RecordedRunError(event["error"])  # it could not run then
         # a skipped check too: its recorded verdict says whether it confirmed (older logs:
         # every pass did), so an old completed run replays completed
         return Verdict.from_event(event)
