@@ -22,6 +22,7 @@ from test_service import (
     Service,
     free_port,
     gated,
+    step_of,
     project,
     sse,
     task_of,
@@ -196,3 +197,34 @@ def test_a_second_server_on_the_same_tasks_refuses_to_start(tmp_path: Path) -> N
                 assert first.client.get(f"/tasks/{running}").json()["status"] == "running"
         finally:
             gate.set()
+
+
+def test_with_durable_tasks_a_crash_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """serve.durable (ADR 0020): the task a SIGKILLed service was running is continued at the
+    next start from its last recorded step; the model is not asked again for the step that
+    had finished, and the runlog says where the run was recovered."""
+    gate = threading.Event()
+    with MockOpenAIServer(gated(gate, at_step=1), models=["m"]) as model:
+        config = project(tmp_path, model.base_url, concurrency=1, durable=True)
+        with Service(config) as first_life:
+            running = first_life.submit(task="slow but durable")
+            wait_until(lambda: len(model.requests) == 2, "the second model call")
+            first_life.kill()  # SIGKILL: no shutdown code runs
+            assert "durable tasks: every step recorded in SQLite" in first_life.log()
+        gate.set()
+        assert [step_of(b) for b in model.requests] == [0, 1]
+
+        with Service(config) as second_life:
+            done = second_life.wait_final(running)
+            log = second_life.log()
+    assert done["status"] == "completed_unconfirmed", done
+    # step 0 (write the file) had finished: never asked again; step 1 had not: asked again
+    assert [step_of(b) for b in model.requests] == [0, 1, 1]
+    events = assert_valid_runlog(tmp_path / "runs" / running / "runlog.jsonl")
+    assert kinds(events).count("run_started") == 1
+    [resumed] = [e for e in events if e["kind"] == "run_resumed"]
+    assert resumed["reason"] == "recovered" and resumed["from_step"] == 2
+    assert [e["step"] for e in events if e["kind"] == "tool_result"] == [1]  # written once
+    [recovered] = [e for e in log_events(log) if e.get("event") == "task.recovered"]
+    assert recovered["task_id"] == running
+    assert stored(tmp_path)[running] == "completed_unconfirmed"

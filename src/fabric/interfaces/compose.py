@@ -95,6 +95,13 @@ def build_service(
 
         store = SqliteTaskStore(service_files(loaded)[0])
     roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
+    durable = None
+    if settings.durable:  # DBOS loads only for this (ADR 0020)
+        import fabric
+        from fabric.infrastructure.durable.engine import DurableRuns
+
+        url = database_url(settings.durable_database, loaded.base_dir)
+        durable = DurableRuns(url, version=fabric.__version__, run=runner.run)
     return TaskService(
         runner,
         store,
@@ -107,6 +114,7 @@ def build_service(
             share_workspaces=settings.share_workspaces,
         ),
         clock=clock or utc_now,
+        durable=durable,
     )
 
 

@@ -52,3 +52,24 @@ class Runs(Protocol):
         max_steps: int | None = None,
         control: Control | None = None,
     ) -> RunResult: ...
+
+
+class DurableTasks(Protocol):
+    """Runs tasks as durable runs (ADR 0020): each step recorded, so a task a dead service
+    left is continued from its last recorded step (``infrastructure/durable`` fits it)."""
+
+    def where(self) -> str:
+        """The database, for people."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def run(self, request: RunRequest, control: Control) -> RunResult: ...
+
+    async def unfinished(self, run_id: str) -> bool:
+        """Whether the run was left unfinished by a process that is gone."""
+        ...
+
+    async def continue_run(self, run_id: str, control: Control) -> RunResult: ...

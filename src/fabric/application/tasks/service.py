@@ -32,7 +32,7 @@ from fabric.domain.tasks import (
 from .approvals import Approvals
 from .errors import Conflict, NotFound, ServiceUnavailable
 from .executor import LocalExecutor, RunTask
-from .ports import Runs
+from .ports import DurableTasks, Runs
 from .watch import Listener, TaskWatch
 
 log = structlog.get_logger("fabric.tasks")
@@ -53,10 +53,14 @@ class TaskService(Generic[R]):
         max_task_chars: int,
         executor: Callable[[RunTask], TaskExecutor],
         clock: Clock = utc_now,
+        durable: DurableTasks | None = None,
     ) -> None:
         """``executor`` makes what runs the submitted tasks, given the function that runs one
-        (this service's ``run``); ``clock`` stamps the records' times."""
+        (this service's ``run``); ``clock`` stamps the records' times; with ``durable``
+        every task is a durable run (``serve.durable``), and one a dead service left is
+        continued at the next start."""
         self.runner = runner
+        self.durable = durable
         self.store = store
         self.roots = [r.resolve() for r in workspace_roots]
         self.max_task_chars = max_task_chars
@@ -215,8 +219,12 @@ class TaskService(Generic[R]):
             approver=self.approvals.for_task(task_id),
             observers=(TaskWatch(self, task_id),),
         )
+        durable = self.durable
         try:
-            if runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog
+            if durable is not None and await durable.unfinished(task_id):
+                # a dead service left it: on from its last recorded step
+                result = await durable.continue_run(task_id, control)
+            elif runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog
                 events = await asyncio.to_thread(self.runner.read_runlog, runlog)
                 result = await self.runner.resume(
                     events, runlog, max_steps=record.max_steps, control=control
@@ -232,7 +240,10 @@ class TaskService(Generic[R]):
                     verify=record.verify,
                     run_id=task_id,
                 )
-                result = await self.runner.run(request, control)
+                if durable is not None:
+                    result = await durable.run(request, control)
+                else:
+                    result = await self.runner.run(request, control)
         except asyncio.CancelledError:
             await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
             raise
@@ -285,11 +296,23 @@ class TaskService(Generic[R]):
             event.set()
 
     async def recover(self) -> tuple[list[str], list[str]]:
-        """After a (re)start: running tasks become interrupted, queued ones run again."""
+        """After a (re)start: running tasks become interrupted, queued ones run again; a
+        durable task a dead service left goes back in the queue and is continued from its
+        last recorded step."""
         interrupted, queued = await self.store.recover()
+        cut = []
+        for record in interrupted:
+            if self.durable is not None and await self.durable.unfinished(record.id):
+                back = await self.store.update(
+                    record.id, status=QUEUED, finished_at=None, error=None
+                )
+                queued.append(back)
+                log.info("task.recovered", task_id=record.id, database=self.durable.where())
+            else:
+                cut.append(record)
         for record in queued:
             self.executor.submit(record)
-        return [r.id for r in interrupted], [r.id for r in queued]
+        return [r.id for r in cut], [r.id for r in queued]
 
 
 _SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"

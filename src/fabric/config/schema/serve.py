@@ -59,6 +59,12 @@ class ServeSettings(_Strict):
     database: str = Field(
         "tasks.sqlite3", description="The task records (relative to the config's folder)."
     )
+    durable: bool = Field(
+        False,
+        description="Run every task as a durable run (ADR 0020): each model call, tool call "
+        "and answer is recorded in durable_database, and a task a dead service left is "
+        "continued from its last recorded step when the service starts again.",
+    )
     durable_database: str = Field(
         "durable.sqlite3",
         description="The recorded steps of durable runs (`fabric run --durable`, ADR 0020): "

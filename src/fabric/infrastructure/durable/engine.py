@@ -182,12 +182,14 @@ def _owner_alive(owner: str | None) -> bool | None:
 
 
 class DurableRuns:
-    """DBOS, launched for this process on one database."""
+    """DBOS, launched for this process on one database, running ``run`` (``Runner.run``) as
+    durable runs. ``start`` before use, ``stop`` at the end (or ``async with``)."""
 
-    def __init__(self, url: str, *, version: str) -> None:
+    def __init__(self, url: str, *, version: str, run: RunFn) -> None:
         self.url = url
         self.version = version
         self.executor = executor_id()
+        self._run = run
         self._launched = False
 
     def where(self) -> str:
@@ -200,12 +202,18 @@ class DurableRuns:
         parts = urlsplit(self.url)
         return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
 
-    async def __aenter__(self) -> DurableRuns:
+    async def start(self) -> None:
         await asyncio.to_thread(self._launch)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._destroy)
+
+    async def __aenter__(self) -> DurableRuns:
+        await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self._destroy)
+        await self.stop()
 
     def _launch(self) -> None:
         _register()
@@ -237,10 +245,10 @@ class DurableRuns:
             DBOS.destroy(destroy_registry=False)
             self._launched = False
 
-    async def run(self, run: RunFn, request: RunRequest, control: Control) -> RunResult:
+    async def run(self, request: RunRequest, control: Control) -> RunResult:
         """Run ``request`` (its ``run_id`` set) as a durable workflow and return its result."""
         assert request.run_id is not None, "a durable run needs its run id up front"
-        _runs[request.run_id] = (run, control)
+        _runs[request.run_id] = (self._run, control)
         try:
             with SetWorkflowID(request.run_id):
                 handle = await DBOS.start_workflow_async(_register(), _request_json(request))
@@ -255,7 +263,13 @@ class DurableRuns:
             return None
         return str(found[0].status), found[0].executor_id
 
-    async def continue_run(self, run: RunFn, run_id: str, control: Control) -> RunResult:
+    async def unfinished(self, run_id: str) -> bool:
+        """Whether ``run_id`` is a durable run left unfinished by a process that is gone (on
+        this host), which ``continue_run`` may take over."""
+        status = await self.status(run_id)
+        return status is not None and status[0] == "PENDING" and _owner_alive(status[1]) is False
+
+    async def continue_run(self, run_id: str, control: Control) -> RunResult:
         """Continue the durable run ``run_id`` whose process died, from its last recorded
         step; ConfigError when it is not a durable run, has ended, or its process lives."""
         status = await self.status(run_id)
@@ -273,7 +287,7 @@ class DurableRuns:
                 f"durable run {run_id} is {where} {owner}",
                 hint="wait for it to end; a run is continued only once its process is gone",
             )
-        _runs[run_id] = (run, control)
+        _runs[run_id] = (self._run, control)
         try:
             handle = await DBOS.resume_workflow_async(run_id)
             return _result(await handle.get_result())

@@ -131,13 +131,13 @@ async def _durably(
     from fabric.infrastructure.durable.where import database_url
 
     url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
-    async with DurableRuns(url, version=fabric.__version__) as durable:
+    async with DurableRuns(url, version=fabric.__version__, run=runner.run) as durable:
         if resume is not None:
             say(f"continuing durable run {resume} from its last recorded step ({durable.where()})")
-            return await durable.continue_run(runner.run, resume, control)
+            return await durable.continue_run(resume, control)
         assert request is not None
         say(f"durable run: every step is recorded in {durable.where()}")
-        return await durable.run(runner.run, request, control)
+        return await durable.run(request, control)
 
 
 def _drive(

@@ -66,9 +66,11 @@ def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> 
     # token)``, built once by create_app) are kept out of its log lines too.
     configure_logging(app.state.service.runner.secrets)
     url = f"http://{_url_host(bind_host)}:{bind_port}"
+    durable = app.state.service.durable
     sys.stderr.write(
         f"fabric serve on {url} (token: {source}); stop with Ctrl-C or SIGTERM\n"
         f"web console: {url}/console (log in there with the token)\n"
+        + (f"durable tasks: every step recorded in {durable.where()}\n" if durable else "")
     )
     sys.stderr.flush()
     config = uvicorn.Config(

@@ -64,9 +64,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        interrupted, requeued = await service.recover()
-        log.info("service.started", interrupted=interrupted, requeued=requeued)
+        durable = service.durable
+        if durable is not None:  # before recover: it continues what a dead service left
+            await durable.start()
         try:
+            interrupted, requeued = await service.recover()
+            log.info(
+                "service.started",
+                interrupted=interrupted,
+                requeued=requeued,
+                durable=None if durable is None else durable.where(),
+            )
             async with AsyncExitStack() as stack:
                 if mcp_sessions is not None:
                     await stack.enter_async_context(mcp_sessions)
@@ -75,6 +83,8 @@ def create_app(
             cut = await service.executor.shutdown(settings.shutdown_grace)
             log.info("service.stopped", interrupted=cut)
             await runner.aclose()
+            if durable is not None:
+                await durable.stop()
             store.close()
 
     app = FastAPI(
