@@ -127,6 +127,13 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(folder: Path) 
                 "SELECT status FROM workflow_status WHERE workflow_uuid = ?", (run_id,)
             )
         assert status == "PENDING"
+        # fabric doctor names it, and how to continue it
+        doctor = _fabric(folder, "doctor", "--json")
+        assert doctor.wait(120) in (0, 1)
+        out = (folder / "fabric.out").read_text()
+        report = json.loads(out[out.rindex('{\n  "fabric"') :])["durable"]
+        assert report["ok"] and report["note"] == "journal mode wal", report
+        assert [u["run_id"] for u in report["unfinished"]] == [run_id]
 
         resumed = _fabric(folder, "resume", run_id, "--json")
         assert resumed.wait(300) == 0, (folder / "fabric.out").read_text()

@@ -11,6 +11,8 @@ from typing import Any, TextIO
 import fabric
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import FabricError
+from fabric.infrastructure.durable.health import durable_report
+from fabric.infrastructure.durable.where import database_url
 from fabric.infrastructure.sandbox import INSTALL_HINT, host_report
 from fabric.infrastructure.tools.search_check import search_report
 from fabric.interfaces.compose import build_runner
@@ -67,7 +69,9 @@ def gather(loaded: LoadedConfig) -> dict[str, Any]:
             else:
                 row |= {"ok": True, "backend": chosen.name, "note": chosen.reason}
         report["packs"].append(row)
-    report["ok"] = all(p["ok"] for p in report["packs"])
+    url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
+    report["durable"] = durable_report(url)
+    report["ok"] = all(p["ok"] for p in report["packs"]) and report["durable"]["ok"]
     return report
 
 
@@ -123,6 +127,16 @@ def print_report(report: dict[str, Any], out: TextIO) -> None:
                  f"{search['error']['message']}")  # fmt: skip
             for hint in search["error"]["hint"].splitlines():
                 line(f"  {'':<14}   {hint}")
-    if not report["ok"]:
+    durable = report["durable"]
+    line()
+    line("Durable runs")
+    if durable["ok"]:
+        line(f"  database     {durable['database']} ({durable.get('note', 'answers')})")
+    else:
+        line(f"  database     NOT READY: {durable['database']}: {durable['error']}")
+    for left in durable["unfinished"]:
+        line(f"  unfinished   {left['run_id']} (process {left['owner']}): "
+             f"fabric resume {left['run_id']} continues it once that process is gone")  # fmt: skip
+    if not all(p["ok"] for p in report["packs"]):
         line()
         line(f"To fix: {INSTALL_HINT}.")
