@@ -1,8 +1,8 @@
 """Durable runs (ADR 0020), for real: `fabric run --durable` killed with SIGKILL in the middle
 of a step's command, then `fabric resume`: the model is not asked again for a step whose
-reply was recorded, a command that finished does not run twice, the command cut off does
-(it had not finished), and the runlog stays one valid log that says where the run was
-recovered."""
+reply was recorded, a command that finished does not run twice, the command cut off runs
+again once a person says so (a command is not safe to repeat), and the runlog stays one
+valid log that says where the run was recovered."""
 
 from __future__ import annotations
 
@@ -135,7 +135,8 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(folder: Path) 
         assert report["ok"] and report["note"] == "journal mode wal", report
         assert [u["run_id"] for u in report["unfinished"]] == [run_id]
 
-        resumed = _fabric(folder, "resume", run_id, "--json")
+        # --yes: the command cut off (shell is not safe to repeat) may run again
+        resumed = _fabric(folder, "resume", run_id, "--json", "--yes")
         assert resumed.wait(300) == 0, (folder / "fabric.out").read_text()
         output = (folder / "fabric.out").read_text()
         result = json.loads(output[output.rindex('{\n  "run_id"') :])
@@ -151,6 +152,10 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(folder: Path) 
         assert again["reason"] == "recovered" and again["from_step"] == 2
         after = events[kinds.index("run_resumed") :]
         assert [e["step"] for e in after if e["kind"] == "tool_result"] == [2]
+        [asked] = [e for e in after if e["kind"] == "approval_requested"]
+        assert asked["step"] == 2 and "cut off" in asked["reason"]
+        [answer] = [e for e in after if e["kind"] == "approval"]
+        assert answer["approved"] and answer["by"] == "cli --yes"
         assert "durable run: every step is recorded in SQLite" in output
         assert "resumed at step 2 (a durable run recovered: its process had died)" in output
 

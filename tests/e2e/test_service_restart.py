@@ -22,9 +22,9 @@ from test_service import (
     Service,
     free_port,
     gated,
-    step_of,
     project,
     sse,
+    step_of,
     task_of,
     wait_until,
 )

@@ -205,3 +205,17 @@ def test_fabric_mcp_list_shows_each_server_and_its_tools(tmp_path: Path) -> None
     assert "shop (stdio: " in out.output and "starts, 10 tools" in out.output
     assert "shop__weird_name_" in out.output and "left out: bad_schema" in out.output
     assert "gone (stdio: /nonexistent/server): does not start" in out.output
+
+
+def test_a_tool_is_safe_to_repeat_only_when_its_server_says_so() -> None:
+    from fabric.infrastructure.mcp.toolbox import spec_of
+
+    def safe(annotations: Any) -> bool:
+        listed = {"name": "t", "inputSchema": {"type": "object"}, "annotations": annotations}
+        spec = spec_of("s__t", listed)
+        assert not isinstance(spec, str)
+        return spec.repeat_safe
+
+    assert safe({"readOnlyHint": True}) and safe({"idempotentHint": True})
+    assert not safe(None) and not safe({}) and not safe({"destructiveHint": False})
+    assert not safe({"readOnlyHint": "yes"})  # only a JSON true counts

@@ -153,3 +153,72 @@ def test_driven_again_a_run_gets_every_recorded_effect_back(tmp_path: Path) -> N
     assert verdicts[0]["looked"] == 2 and verdicts[0]["ok"] is True
     briefs = [e["text"] for e in replayed if e["kind"] == "brief"]
     assert briefs == ["two notes are there"]
+
+
+class No:
+    async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
+        return ApprovalAnswer(False, "cli")
+
+
+def test_a_call_cut_off_runs_again_only_if_a_person_says_so(tmp_path: Path) -> None:
+    """A shell-like tool (not safe to repeat) whose call began in a process that died: the
+    run driven again asks before running it again; refused, the call is not run."""
+    from fabric.infrastructure.tools.function_tool import repeat_unsafe
+
+    ran: list[str] = []
+
+    @repeat_unsafe
+    def append(text: str) -> str:
+        """Append it.
+
+        Args:
+            text: What to append.
+        """
+        ran.append(text)
+        return "appended"
+
+    tool = FunctionTool(append, name="append")
+    assert tool.spec.repeat_safe is False
+    pack = Pack("appender", "appends", "You append.", [tool], finish_schema=SCHEMA)
+    script = [tool_call("append", {"text": "x"}), tool_call("finish_task", {"answer": "ok"})]
+
+    def drive(recorder: Recorder, approver: Any) -> tuple[Any, list[dict[str, Any]]]:
+        log = MemoryRunLog()
+        job = Job("append", pack, "r1", tmp_path)
+        recorded = sum(1 for name, _ in recorder.values if name == "model")
+        kit = Kit(ScriptedChatClient(script[recorded:]), log)  # asked only for the new steps
+        job, kit, control = checkpointed(
+            job, kit, Control(approver=approver), recorder, ReplayState()
+        )
+        return asyncio.run(execute_task(job, kit, control)), log.events
+
+    # the process that died had recorded step 1's reply and the mark of its call, no more
+    died = Recorder()
+    died.values = [("model", json.dumps({"value": _reply_of(script[0])})),
+                   ("begin:append", json.dumps({"value": "another process"}))]  # fmt: skip
+    result, events = drive(died, No())
+    assert ran == [] and result.status.value == "completed"
+    asked = [e for e in events if e["kind"] == "approval_requested"]
+    assert len(asked) == 1 and "cut off" in asked[0]["reason"] and asked[0]["call_id"]
+    [denied] = [e for e in events if e["kind"] == "tool_result"]
+    assert not denied["ok"] and denied["error"]["code"] == "approval_denied"
+
+    died.values, died.at = died.values[:2], 0
+    result, events = drive(died, Yes(Counts()))
+    assert ran == ["x"]  # approved: run again, once
+    # a call that began in this process is not asked about
+    fresh, events = drive(Recorder(), No())
+    assert fresh.status.value == "completed"
+    assert ran == ["x", "x"] and not [e for e in events if e["kind"] == "approval_requested"]
+
+
+def _reply_of(body: Any) -> dict[str, Any]:
+    from fabric.application.durable import reply_json
+    from fabric.testing import ScriptedChatClient as Chat
+
+    async def one() -> Any:
+        from fabric.domain.models import ChatRequest
+
+        return await Chat([body]).chat(ChatRequest([], []))
+
+    return reply_json(asyncio.run(one()))

@@ -74,17 +74,38 @@ class PolicyGate:
         if decision.verdict == "deny":
             reason = decision.reason
             raise PolicyDenied(f"the policy denies this {tool} call: {reason}", hint=_ADAPT)
+        await self._approval(step, call_id, tool, arguments, decision, remember=True)
+
+    async def confirm(
+        self, step: int, call_id: str, tool: str, arguments: Mapping[str, Any], reason: str
+    ) -> None:
+        """Ask a person about a call whatever the policy says (a durable run's call that was
+        cut off when its process died, ADR 0020); raise ``ApprovalDenied`` unless approved.
+        Logged as any ask is (``approval_requested``, ``approval``), with ``reason``."""
+        decision = Decision("ask", None, reason)
+        await self._approval(step, call_id, tool, arguments, decision, remember=False)
+
+    async def _approval(
+        self,
+        step: int,
+        call_id: str,
+        tool: str,
+        arguments: Mapping[str, Any],
+        decision: Decision,
+        *,
+        remember: bool,
+    ) -> None:
         key = (tool, decision.rule)
-        if key in self.memory:
+        if remember and key in self.memory:
             answer = ApprovalAnswer(self.memory[key], MEMORY, "run")
         elif self.approver is None:
             answer = ApprovalAnswer(False, NO_TERMINAL)
         else:
-            answer = await self._ask(step, call_id, tool, arguments, decision)
-            if answer.scope == "run":
+            answer = await self._ask(step, call_id, tool, arguments, decision, explain=not remember)
+            if remember and answer.scope == "run":
                 self.memory[key] = answer.approved
         approval = {"approved": answer.approved, "by": answer.by, "scope": answer.scope}
-        self.log.emit("approval", {**base, **approval})
+        self.log.emit("approval", {"step": step, "call_id": call_id, "tool": tool, **approval})
         if not answer.approved:
             raise _refusal(tool, decision, answer, self.policy.approval_timeout)
 
@@ -95,6 +116,7 @@ class PolicyGate:
         tool: str,
         arguments: Mapping[str, Any],
         decision: Decision,
+        explain: bool = False,
     ) -> ApprovalAnswer:
         assert self.approver is not None
         timeout = self.policy.approval_timeout
@@ -107,6 +129,7 @@ class PolicyGate:
                 "arguments": dict(arguments),
                 "rule": decision.rule,
                 "timeout_s": timeout,
+                **({"reason": decision.reason} if explain else {}),
             },
         )
         request = ApprovalRequest(

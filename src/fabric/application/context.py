@@ -64,3 +64,7 @@ class ToolContext:
     cancel: asyncio.Event | None = None
     """Set when the run is cancelled: a tool that waits on another program (an MCP server's
     call) stops waiting and fails, so the run ends now rather than when the call would."""
+    step: int = 0
+    """The model call whose tool call this is (0 outside one)."""
+    call_id: str = ""
+    """The id of the tool call this context was handed to ("" outside one)."""

@@ -11,7 +11,9 @@ code, message and hint, and raised again the same way.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -19,6 +21,7 @@ from fabric.domain.errors import FabricError, RecordedRunError, RecordedToolErro
 from fabric.domain.models import ChatRequest, ChatResponse, ToolSpec
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 
+from .approvals import PolicyGate
 from .context import ToolContext
 from .job import Control, Job, Kit
 from .pack import Brief, Briefing, Pack
@@ -118,22 +121,51 @@ class CheckpointedChat:
         await self._chat.aclose()
 
 
-class CheckpointedTool:
-    """A tool whose call is a recorded step: its output, or its failure."""
+Confirm = Callable[[ToolContext, str, Mapping[str, Any], str], Awaitable[None]]
+"""Asks a person whether a call may run (``PolicyGate.confirm``): the context of the call,
+the tool, its arguments, why; raises ``ApprovalDenied`` unless approved."""
 
-    def __init__(self, tool: Tool, points: Checkpoints) -> None:
-        self._tool, self._points = tool, points
+CUT_OFF = (
+    "this call was cut off when fabric's process died: it may or may not have done its "
+    "work, and running it again may do it twice"
+)
+
+
+class CheckpointedTool:
+    """A tool whose call is a recorded step: its output, or its failure. A call of a tool
+    that is not safe to repeat (``spec.repeat_safe``) is preceded by a marker step; a run
+    driven again that finds the marker but no result (the call was cut off) runs the call
+    again only if a person says so (``confirm``)."""
+
+    def __init__(self, tool: Tool, points: Checkpoints, confirm: Confirm | None = None) -> None:
+        self._tool, self._points, self._confirm = tool, points, confirm
 
     @property
     def spec(self) -> ToolSpec:
         return self._tool.spec
 
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        name = self._tool.spec.name
+        cut_off = False
+        if not self._tool.spec.repeat_safe:
+            mine = uuid.uuid4().hex  # this process's mark: another one's means it began before
+
+            async def mark() -> JSON:
+                return mine
+
+            began = await self._points.step(f"begin:{name}", lambda: _guarded(mark))
+            cut_off = _unwrapped(began) != mine
+
         async def run() -> JSON:
+            if cut_off:  # only when the call's result was not recorded: it never finished
+                if self._confirm is None:
+                    raise ToolError(f"{CUT_OFF}; no one could be asked, so it was not run again",
+                                    hint="run it again yourself if that is safe")  # fmt: skip
+                await self._confirm(ctx, name, arguments, CUT_OFF)
             return await self._tool(arguments, ctx)
 
-        name = f"tool:{self._tool.spec.name}"
-        return str(_unwrapped(await self._points.step(name, lambda: _guarded(run, tool=True))))
+        done = await self._points.step(f"tool:{name}", lambda: _guarded(run, tool=True))
+        return str(_unwrapped(done))
 
 
 class CheckpointedApprover:
@@ -184,8 +216,14 @@ class CheckpointedUpdates:
     """A changing tool list (MCP) whose every look is a recorded step: the names offered and
     what changed; the tools are this process's, checkpointed like the rest."""
 
-    def __init__(self, updates: ToolUpdates, tools: Sequence[Tool], points: Checkpoints) -> None:
-        self._updates, self._points = updates, points
+    def __init__(
+        self,
+        updates: ToolUpdates,
+        tools: Sequence[Tool],
+        points: Checkpoints,
+        confirm: Confirm | None = None,
+    ) -> None:
+        self._updates, self._points, self._confirm = updates, points, confirm
         self._pool: dict[str, Tool] = {t.spec.name: t for t in tools}
 
     async def changed(self, step: int) -> ToolChange | None:
@@ -196,7 +234,7 @@ class CheckpointedUpdates:
             for tool in change.tools:
                 known = self._pool.get(tool.spec.name)
                 if known is None or known.spec != tool.spec:
-                    self._pool[tool.spec.name] = CheckpointedTool(tool, self._points)
+                    self._pool[tool.spec.name] = CheckpointedTool(tool, self._points, self._confirm)
             specs = [
                 {"name": t.spec.name, "description": t.spec.description,
                  "parameters": dict(t.spec.parameters)}
@@ -213,7 +251,9 @@ class CheckpointedUpdates:
             tool = self._pool.get(recorded.name)
             if tool is None or tool.spec != recorded:
                 # still a step: its call was recorded where it was offered
-                tool = self._pool[recorded.name] = CheckpointedTool(_gone(recorded), self._points)
+                tool = self._pool[recorded.name] = CheckpointedTool(
+                    _gone(recorded), self._points, self._confirm
+                )
             tools.append(tool)
         return ToolChange(tuple(tools), value["note"])
 
@@ -234,22 +274,43 @@ def checkpointed_brief(brief: Brief, points: Checkpoints) -> Brief:
     return look
 
 
+def _confirmer(job: Job, kit: Kit, control: Control) -> Confirm | None:
+    """How a cut-off call is put to a person: as the policy's asks are (logged, bounded by
+    ``approval_timeout``, cut by a cancel), to the run's own approver."""
+    if control.approver is None:
+        return None
+    policy = (job.sandbox or job.pack.sandbox).policy
+    gate = PolicyGate(
+        policy,
+        approver=control.approver,
+        log=kit.runlog,
+        run_id=job.run_id,
+        cancel=control.cancel or asyncio.Event(),
+    )
+
+    async def confirm(ctx: ToolContext, tool: str, arguments: Mapping[str, Any], why: str) -> None:
+        await gate.confirm(ctx.step, ctx.call_id, tool, arguments, why)
+
+    return confirm
+
+
 def checkpointed(
     job: Job, kit: Kit, control: Control, points: Checkpoints, state: ReplayState
 ) -> tuple[Job, Kit, Control]:
     """``job``, ``kit`` and ``control`` with every outside effect a recorded step: the model,
     the pack's tools, its brief and checks, and the answers of people."""
     pack: Pack = job.pack
+    confirm = _confirmer(job, kit, control)
     durable_pack = dataclasses.replace(
         pack,
-        tools=tuple(CheckpointedTool(t, points) for t in pack.tools),
+        tools=tuple(CheckpointedTool(t, points, confirm) for t in pack.tools),
         verifiers=tuple(CheckpointedVerifier(v, points) for v in pack.verifiers),
         brief=None if pack.brief is None else checkpointed_brief(pack.brief, points),
     )
     chat = None if kit.chat is None else CheckpointedChat(kit.chat, points, state)
     updates = None
     if kit.tool_updates is not None:
-        updates = CheckpointedUpdates(kit.tool_updates, durable_pack.tools, points)
+        updates = CheckpointedUpdates(kit.tool_updates, durable_pack.tools, points, confirm)
     approver = control.approver
     return (
         dataclasses.replace(job, pack=durable_pack),

@@ -150,6 +150,10 @@ class ToolSpec:
     name: str
     description: str
     parameters: JSONSchema
+    repeat_safe: bool = True
+    """Whether running a call of it twice does no harm. A durable run driven again after its
+    process died runs a call that was cut off again only after a person says so when this is
+    False (ADR 0020); the model is not told."""
 
     def as_openai(self) -> dict[str, Any]:
         return {

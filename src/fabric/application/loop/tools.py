@@ -66,7 +66,7 @@ class ToolSteps(Finishing):
             else:
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
-                output = await self._run_tool(call.name, call.arguments, changes)
+                output = await self._run_tool(call.name, call.id, call.arguments, changes)
             ok, error = True, None
         except Stop:
             raise
@@ -140,7 +140,7 @@ class ToolSteps(Finishing):
         return sent
 
     async def _run_tool(
-        self, name: str, arguments: Mapping[str, Any], changes: list[FileChange]
+        self, name: str, call_id: str, arguments: Mapping[str, Any], changes: list[FileChange]
     ) -> str:
         tool = self.tools.get(name)
         if tool is None:
@@ -149,7 +149,7 @@ class ToolSteps(Finishing):
                 hint=f"use one of: {', '.join([*self.tools, FINISH_TOOL])}",
             )
         try:
-            ctx = dataclasses.replace(self.ctx, changes=changes)
+            ctx = dataclasses.replace(self.ctx, changes=changes, step=self.steps, call_id=call_id)
             async with asyncio.timeout(self.limits.tool_timeout) as deadline:
                 return await tool(arguments, ctx)
         except TimeoutError:

@@ -87,7 +87,11 @@ def spec_of(name: str, listed: Mapping[str, Any]) -> ToolSpec | str:
         return f"its input schema is {problem}"
     text = str(listed.get("description") or listed.get("title") or listed.get("name") or "")
     text = "".join(c for c in text[:MAX_DESCRIPTION] if c.isprintable() or c in "\n\t")
-    return ToolSpec(name, text or name, schema)
+    # the server's word that a call may run twice: it only reads, or repeating it is a no-op
+    hints = listed.get("annotations")
+    hints = hints if isinstance(hints, Mapping) else {}
+    safe = hints.get("readOnlyHint") is True or hints.get("idempotentHint") is True
+    return ToolSpec(name, text or name, schema, safe)
 
 
 def wanted(tool: str, use: McpUse) -> bool:

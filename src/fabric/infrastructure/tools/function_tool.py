@@ -35,6 +35,7 @@ from fabric.domain.errors import ToolArgumentError
 from fabric.domain.models import ToolSpec
 
 _INLINE = "__fabric_inline__"
+_REPEAT_UNSAFE = "__fabric_repeat_unsafe__"
 PACK_SETTING = "fabric:pack-setting"
 """Marks a tool parameter the model never sees: ``replace: Annotated[bool, PACK_SETTING] =
 True`` takes the pack's ``bind`` value, else its default (e.g. whether write_file may replace
@@ -109,7 +110,9 @@ class FunctionTool:
         self._names, self._params = shape.names, shape.params
         self._bound: dict[str, Any] = {n: bind[n] for n in shape.bound} if bind else {}
         spec = shape.spec  # each tool its own schema: a caller may change its copy
-        self._spec = ToolSpec(spec.name, spec.description, copy.deepcopy(spec.parameters))
+        self._spec = ToolSpec(
+            spec.name, spec.description, copy.deepcopy(spec.parameters), spec.repeat_safe
+        )
 
     @property
     def spec(self) -> ToolSpec:
@@ -198,7 +201,8 @@ def _shape_of(fn: ToolFunction, name: str | None, bound: frozenset[Any]) -> _Sha
         __config__=ConfigDict(extra="forbid"),
         **fields,
     )
-    spec = ToolSpec(tool_name, description or tool_name, json_schema_of(params))
+    safe = not getattr(fn, _REPEAT_UNSAFE, False)
+    spec = ToolSpec(tool_name, description or tool_name, json_schema_of(params), safe)
     return _Shape(wants_ctx, ctx_name, tuple(bound_here), names, params, spec)
 
 
@@ -216,6 +220,13 @@ def runs_inline(fn: F) -> F:
     event loop instead of in a worker thread, which saves ~0.1-0.2 ms a call. Anything that can
     take long (walking trees, searching, waiting on I/O) must stay in a thread."""
     setattr(fn, _INLINE, True)
+    return fn
+
+
+def repeat_unsafe(fn: F) -> F:
+    """Mark a tool whose call may do harm when run twice (a command, an append): a durable run
+    driven again does not repeat a cut-off call of it without asking a person (ADR 0020)."""
+    setattr(fn, _REPEAT_UNSAFE, True)
     return fn
 
 

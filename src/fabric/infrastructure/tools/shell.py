@@ -22,6 +22,8 @@ from fabric.domain.errors import SandboxError, ToolError
 from fabric.domain.secrets import looks_secret
 from fabric.domain.test_output import runs_pytest, trim_test_output
 
+from .function_tool import repeat_unsafe
+
 TEST_OUTPUT_CHARS = 4_000
 """pytest output longer than this is cut down to its failures and summary for the model."""
 _BASE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "HOME", "USER", "LOGNAME")
@@ -69,6 +71,7 @@ def parse_command(command: str, sandbox: SandboxSettings) -> list[str]:
     return argv
 
 
+@repeat_unsafe  # a command may append, commit, send: run twice, it may do it twice
 async def shell(ctx: ToolContext, command: str, timeout: float | None = None) -> str:
     """Run one allowed program in the workspace folder and return its exit code and output.
     There is no shell: pipes, ';', '&&', '>' and 'cd' do not work. Long pytest output is cut
