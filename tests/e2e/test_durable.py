@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres import throwaway_postgres
 from support import assert_valid_runlog, read_events
 
 from fabric.infrastructure.sandbox import cgroup
@@ -88,12 +88,26 @@ def folder(tmp_path: Path) -> Iterator[Path]:
                 left.rmdir()
 
 
-def _fabric(folder: Path, *argv: str) -> subprocess.Popen[bytes]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """Where durable runs are recorded: the default SQLite file beside fabric.yaml (None), or
+    a real PostgreSQL server ($FABRIC_DATABASE_URL)."""
+    if request.param == "sqlite":
+        yield None
+        return
+    with throwaway_postgres() as url:
+        yield url
+
+
+def _fabric(folder: Path, *argv: str, database: str | None = None) -> subprocess.Popen[bytes]:
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
+    env = {k: v for k, v in os.environ.items() if k != "FABRIC_DATABASE_URL"}
+    if database is not None:
+        env["FABRIC_DATABASE_URL"] = database
     with (folder / "fabric.out").open("ab") as out:  # the child has its own copy
         return subprocess.Popen(
             [sys.executable, "-m", "fabric", *argv, "--config", str(folder / "fabric.yaml")],
-            env={**os.environ, "PATH": path},
+            env={**env, "PATH": path},
             cwd=folder / "ws",
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -101,13 +115,19 @@ def _fabric(folder: Path, *argv: str) -> subprocess.Popen[bytes]:
         )
 
 
-def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(folder: Path) -> None:
+def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
+    folder: Path, database: str | None
+) -> None:
     model = Model()
+
+    def fabric(*argv: str) -> subprocess.Popen[bytes]:
+        return _fabric(folder, *argv, database=database)
+
     with MockOpenAIServer(model) as server:
         (folder / "fabric.yaml").write_text(CONFIG.format(url=server.base_url))
         workspace = folder / "ws"
         workspace.mkdir()
-        proc = _fabric(folder, "run", "--durable", "--pack", "counter", "--json", "count")
+        proc = fabric("run", "--durable", "--pack", "counter", "--json", "count")
         try:
             _wait_for(
                 lambda: (workspace / "cut.txt").exists() or proc.poll() is not None,
@@ -120,23 +140,21 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(folder: Path) 
         assert model.asked == [1, 2]
         [runlog] = (folder / "runs").glob("*/runlog.jsonl")
         run_id = runlog.parent.name
-        # the database says the run is unfinished
-        database = folder / "durable.sqlite3"
-        with contextlib.closing(sqlite3.connect(database)) as db:
-            [(status,)] = db.execute(
-                "SELECT status FROM workflow_status WHERE workflow_uuid = ?", (run_id,)
-            )
-        assert status == "PENDING"
         # fabric doctor names it, and how to continue it
-        doctor = _fabric(folder, "doctor", "--json")
+        doctor = fabric("doctor", "--json")
         assert doctor.wait(120) in (0, 1)
         out = (folder / "fabric.out").read_text()
         report = json.loads(out[out.rindex('{\n  "fabric"') :])["durable"]
-        assert report["ok"] and report["note"] == "journal mode wal", report
+        assert report["ok"], report
+        if database is None:
+            assert report["note"] == "journal mode wal"
+            assert report["database"] == f"SQLite {(folder / 'durable.sqlite3').resolve()}"
+        else:
+            assert report["database"].startswith("postgresql://127.0.0.1:")
         assert [u["run_id"] for u in report["unfinished"]] == [run_id]
 
         # --yes: the command cut off (shell is not safe to repeat) may run again
-        resumed = _fabric(folder, "resume", run_id, "--json", "--yes")
+        resumed = fabric("resume", run_id, "--json", "--yes")
         assert resumed.wait(300) == 0, (folder / "fabric.out").read_text()
         output = (folder / "fabric.out").read_text()
         result = json.loads(output[output.rindex('{\n  "run_id"') :])
@@ -156,11 +174,12 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(folder: Path) 
         assert asked["step"] == 2 and "cut off" in asked["reason"]
         [answer] = [e for e in after if e["kind"] == "approval"]
         assert answer["approved"] and answer["by"] == "cli --yes"
-        assert "durable run: every step is recorded in SQLite" in output
+        kind = "SQLite" if database is None else "postgresql://127.0.0.1:"
+        assert f"durable run: every step is recorded in {kind}" in output
         assert "resumed at step 2 (a durable run recovered: its process had died)" in output
 
         # it ended: a second resume says so, and nothing is asked
-        again_proc = _fabric(folder, "resume", run_id)
+        again_proc = fabric("resume", run_id)
         assert again_proc.wait(120) == 2
         assert model.asked == [1, 2, 3]
 

@@ -5,6 +5,7 @@ and records it `interrupted`, leaving nothing `running`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sqlite3
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
+from postgres import throwaway_postgres
 from support import assert_valid_runlog, kinds, read_events
 from test_service import (
     GUARD,
@@ -199,22 +202,32 @@ def test_a_second_server_on_the_same_tasks_refuses_to_start(tmp_path: Path) -> N
             gate.set()
 
 
-def test_with_durable_tasks_a_crash_loses_and_repeats_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("on", ["sqlite", "postgres"])
+def test_with_durable_tasks_a_crash_loses_and_repeats_nothing(tmp_path: Path, on: str) -> None:
     """serve.durable (ADR 0020): the task a SIGKILLed service was running is continued at the
     next start from its last recorded step; the model is not asked again for the step that
-    had finished, and the runlog says where the run was recovered."""
+    had finished, and the runlog says where the run was recovered. On SQLite and Postgres."""
+    with contextlib.ExitStack() as stack:
+        env = {}
+        if on == "postgres":
+            env["FABRIC_DATABASE_URL"] = stack.enter_context(throwaway_postgres())
+        _durable_service_crash(tmp_path, env)
+
+
+def _durable_service_crash(tmp_path: Path, env: dict[str, str]) -> None:
     gate = threading.Event()
     with MockOpenAIServer(gated(gate, at_step=1), models=["m"]) as model:
         config = project(tmp_path, model.base_url, concurrency=1, durable=True)
-        with Service(config) as first_life:
+        with Service(config, env=env) as first_life:
             running = first_life.submit(task="slow but durable")
             wait_until(lambda: len(model.requests) == 2, "the second model call")
             first_life.kill()  # SIGKILL: no shutdown code runs
-            assert "durable tasks: every step recorded in SQLite" in first_life.log()
+            kind = "postgresql://127.0.0.1:" if env else "SQLite"
+            assert f"durable tasks: every step recorded in {kind}" in first_life.log()
         gate.set()
         assert [step_of(b) for b in model.requests] == [0, 1]
 
-        with Service(config) as second_life:
+        with Service(config, env=env) as second_life:
             done = second_life.wait_final(running)
             log = second_life.log()
     assert done["status"] == "completed_unconfirmed", done

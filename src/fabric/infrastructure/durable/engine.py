@@ -26,7 +26,7 @@ from fabric.application.job import Control, RunRequest
 from fabric.domain.errors import ConfigError, RunError
 from fabric.domain.models import RunResult, RunStatus, Usage
 
-from .where import ENV_URL, sqlite_path
+from .where import ENV_URL, shown, sqlite_path
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -194,13 +194,7 @@ class DurableRuns:
 
     def where(self) -> str:
         """The database, for people (a Postgres URL without its password)."""
-        path = sqlite_path(self.url)
-        if path is not None:
-            return f"SQLite {path}"
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
+        return shown(self.url)
 
     async def start(self) -> None:
         await asyncio.to_thread(self._launch)

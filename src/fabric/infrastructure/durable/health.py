@@ -7,7 +7,7 @@ import contextlib
 import sqlite3
 from typing import Any
 
-from .where import sqlite_path
+from .where import shown, sqlalchemy_url, sqlite_path
 
 _PENDING = "SELECT workflow_uuid, executor_id FROM {table} WHERE status = 'PENDING'"
 
@@ -17,7 +17,7 @@ def durable_report(url: str) -> dict[str, Any]:
     runs left pending, each with the process that owns it."""
     path = sqlite_path(url)
     if path is not None:
-        report: dict[str, Any] = {"database": f"SQLite {path}", "ok": True, "unfinished": []}
+        report: dict[str, Any] = {"database": shown(url), "ok": True, "unfinished": []}
         if not path.exists():
             return report | {"note": "not made yet: the first durable run makes it"}
         try:
@@ -41,17 +41,10 @@ def durable_report(url: str) -> dict[str, Any]:
 
 def _server_report(url: str) -> dict[str, Any]:
     """Another database (Postgres): connect and list the unfinished runs."""
-    from urllib.parse import urlsplit
-
     import sqlalchemy as sa
 
-    parts = urlsplit(url)
-    report: dict[str, Any] = {
-        "database": f"{parts.scheme}://{parts.hostname or ''}{parts.path}",
-        "ok": True,
-        "unfinished": [],
-    }
-    engine = sa.create_engine(url, connect_args={"connect_timeout": 5})
+    report: dict[str, Any] = {"database": shown(url), "ok": True, "unfinished": []}
+    engine = sa.create_engine(sqlalchemy_url(url), connect_args={"connect_timeout": 5})
     try:
         with engine.connect() as connection:
             connection.execute(sa.text("SELECT 1"))
@@ -62,6 +55,8 @@ def _server_report(url: str) -> dict[str, Any]:
                 report["note"] = "no durable run recorded yet"
     except sa.exc.SQLAlchemyError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "does not exist" in first:  # the server answers; DBOS makes the database
+            return report | {"note": "not made yet: the first durable run makes it"}
         return report | {"ok": False, "error": f"cannot connect: {first}"}
     finally:
         engine.dispose()

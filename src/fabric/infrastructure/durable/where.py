@@ -22,3 +22,24 @@ def database_url(configured: str, base_dir: Path) -> str:
 def sqlite_path(url: str) -> Path | None:
     """The file of a SQLite URL (None for another database)."""
     return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+
+
+def shown(url: str) -> str:
+    """The database for people: a SQLite file, or a URL without user and password."""
+    path = sqlite_path(url)
+    if path is not None:
+        return f"SQLite {path}"
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return f"{parts.scheme}://{netloc}{parts.path}"
+
+
+def sqlalchemy_url(url: str) -> str:
+    """``url`` with the driver fabric installs (psycopg 3) for a plain ``postgresql://``."""
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            return "postgresql+psycopg://" + url.removeprefix(plain)
+    return url
