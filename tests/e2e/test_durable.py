@@ -41,6 +41,7 @@ packs:
     finish_schema: {{type: object, properties: {{answer: {{type: string}}}}, required: [answer]}}
     sandbox: {{allowed_commands: [python], command_timeout: 300}}
 """
+SECRET = "s3cret-value-for-durable-runs"
 ONCE = "python -c \"open('once.txt', 'a').write('1')\""
 """Step 1's command: appends a 1 each time it runs."""
 CUT = (
@@ -102,6 +103,7 @@ def database(request: pytest.FixtureRequest) -> Iterator[str | None]:
 def _fabric(folder: Path, *argv: str, database: str | None = None) -> subprocess.Popen[bytes]:
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', os.defpath)}"
     env = {k: v for k, v in os.environ.items() if k != "FABRIC_DATABASE_URL"}
+    env["DURABLE_TEST_TOKEN"] = SECRET  # a secret by its name: kept out of the database
     if database is not None:
         env["FABRIC_DATABASE_URL"] = database
     with (folder / "fabric.out").open("ab") as out:  # the child has its own copy
@@ -127,7 +129,7 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
         (folder / "fabric.yaml").write_text(CONFIG.format(url=server.base_url))
         workspace = folder / "ws"
         workspace.mkdir()
-        proc = fabric("run", "--durable", "--pack", "counter", "--json", "count")
+        proc = fabric("run", "--durable", "--pack", "counter", "--json", f"count {SECRET}")
         try:
             _wait_for(
                 lambda: (workspace / "cut.txt").exists() or proc.poll() is not None,
@@ -178,6 +180,9 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
         assert f"durable run: every step is recorded in {kind}" in output
         assert "resumed at step 2 (a durable run recovered: its process had died)" in output
 
+        if database is None:  # what the database holds is redacted, like the runlog
+            stored = b"".join(p.read_bytes() for p in folder.glob("durable.sqlite3*"))
+            assert b"count [redacted]" in stored and SECRET.encode() not in stored
         # it ended: a second resume says so, and nothing is asked
         again_proc = fabric("resume", run_id)
         assert again_proc.wait(120) == 2

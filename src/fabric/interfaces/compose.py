@@ -101,7 +101,9 @@ def build_service(
         from fabric.infrastructure.durable.engine import DurableRuns
 
         url = database_url(settings.durable_database, loaded.base_dir)
-        durable = DurableRuns(url, version=fabric.__version__, run=runner.run)
+        durable = DurableRuns(
+            url, version=fabric.__version__, run=runner.run, secrets=runner.secrets
+        )
     return TaskService(
         runner,
         store,

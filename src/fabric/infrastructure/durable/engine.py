@@ -25,6 +25,7 @@ from dbos import DBOS, DBOSConfig, Serializer, SetWorkflowID
 from fabric.application.job import Control, RunRequest
 from fabric.domain.errors import ConfigError, RunError
 from fabric.domain.models import RunResult, RunStatus, Usage
+from fabric.domain.secrets import Secrets
 
 from .where import ENV_URL, shown, sqlite_path
 
@@ -39,9 +40,11 @@ WORKFLOW = "fabric.run"
 RunFn = Callable[[RunRequest, Control, Any], Awaitable[RunResult]]
 """Runs one request with a control and checkpoints (``Runner.run``)."""
 
-_runs: dict[str, tuple[RunFn, Control]] = {}
+_runs: dict[str, tuple[RunFn, Control, Secrets, RunRequest | None]] = {}
 """What drives each run this process started or continues, by run id: the workflow finds it
-here (a control with its approver and observers cannot be stored in a database)."""
+here (a control with its approver and observers cannot be stored in a database), with the
+secrets kept out of the database and the request as it was given (the database holds it
+redacted; a run continued in another process goes on with that)."""
 _registered: list[Any] = []
 
 
@@ -60,13 +63,21 @@ class JsonSerializer(Serializer):
 
 
 class DbosCheckpoints:
-    """``Checkpoints`` on DBOS steps."""
+    """``Checkpoints`` on DBOS steps. What a step records is redacted of ``secrets`` (as the
+    runlog is); the run that took the step goes on with what it really got."""
+
+    def __init__(self, secrets: Secrets) -> None:
+        self._secrets = secrets
 
     async def step(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        async def run() -> Any:  # DBOS awaits what a coroutine function returns, only that
-            return await call()
+        got: list[Any] = []
 
-        return await DBOS.run_step_async({"name": name}, run)
+        async def run() -> Any:  # DBOS awaits what a coroutine function returns, only that
+            got.append(await call())
+            return self._secrets.redact_obj(got[0])
+
+        recorded = await DBOS.run_step_async({"name": name}, run)
+        return got[0] if got else recorded
 
 
 def _engine(url: str) -> sa.Engine | None:
@@ -133,14 +144,12 @@ def _register() -> Any:
                 f"durable run {run_id} was started again by DBOS without a fabric to drive it",
                 hint=f"continue it with `fabric resume {run_id}`",
             )
-        run, control = driver
-        fields = dict(request)
-        workspace = fields.pop("workspace", None)
-        result = await run(
-            RunRequest(**fields, workspace=None if workspace is None else Path(workspace)),
-            control,
-            DbosCheckpoints(),
-        )
+        run, control, secrets, given = driver
+        if given is None:
+            fields = dict(request)
+            workspace = fields.pop("workspace", None)
+            given = RunRequest(**fields, workspace=None if workspace is None else Path(workspace))
+        result = await run(given, control, DbosCheckpoints(secrets))
         return _result_json(result)
 
     _registered.append(durable_run)
@@ -185,11 +194,15 @@ class DurableRuns:
     """DBOS, launched for this process on one database, running ``run`` (``Runner.run``) as
     durable runs. ``start`` before use, ``stop`` at the end (or ``async with``)."""
 
-    def __init__(self, url: str, *, version: str, run: RunFn) -> None:
+    def __init__(
+        self, url: str, *, version: str, run: RunFn, secrets: Secrets | None = None
+    ) -> None:
+        """``secrets``: kept out of the database (the runner's, as for its runlogs)."""
         self.url = url
         self.version = version
         self.executor = executor_id()
         self._run = run
+        self._secrets = secrets or Secrets()
         self._launched = False
 
     def where(self) -> str:
@@ -242,10 +255,11 @@ class DurableRuns:
     async def run(self, request: RunRequest, control: Control) -> RunResult:
         """Run ``request`` (its ``run_id`` set) as a durable workflow and return its result."""
         assert request.run_id is not None, "a durable run needs its run id up front"
-        _runs[request.run_id] = (self._run, control)
+        _runs[request.run_id] = (self._run, control, self._secrets, request)
+        stored = self._secrets.redact_obj(_request_json(request))
         try:
             with SetWorkflowID(request.run_id):
-                handle = await DBOS.start_workflow_async(_register(), _request_json(request))
+                handle = await DBOS.start_workflow_async(_register(), stored)
             return _result(await handle.get_result())
         finally:
             _runs.pop(request.run_id, None)
@@ -281,7 +295,7 @@ class DurableRuns:
                 f"durable run {run_id} is {where} {owner}",
                 hint="wait for it to end; a run is continued only once its process is gone",
             )
-        _runs[run_id] = (self._run, control)
+        _runs[run_id] = (self._run, control, self._secrets, None)
         try:
             handle = await DBOS.resume_workflow_async(run_id)
             return _result(await handle.get_result())

@@ -131,7 +131,8 @@ async def _durably(
     from fabric.infrastructure.durable.where import database_url
 
     url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
-    async with DurableRuns(url, version=fabric.__version__, run=runner.run) as durable:
+    version = fabric.__version__
+    async with DurableRuns(url, version=version, run=runner.run, secrets=runner.secrets) as durable:
         if resume is not None:
             say(f"continuing durable run {resume} from its last recorded step ({durable.where()})")
             return await durable.continue_run(resume, control)
