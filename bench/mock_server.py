@@ -3,9 +3,10 @@
 Run as its own process so it never shares the measured process's GIL:
 
     python bench/mock_server.py [--port 0] [--tool read_file] [--tool-args JSON]
-                                [--finish-args JSON]
+                                [--finish-args JSON] [--delay-ms N]
 
-It prints ``READY <port>`` on stdout once it listens on 127.0.0.1.
+It prints ``READY <port>`` on stdout once it listens on 127.0.0.1. ``--delay-ms`` makes every
+chat answer wait that long first (a model that takes time to answer; default 0).
 
 How it answers ``POST .../chat/completions``: the model name says how many model calls the
 task takes (``steps-20``: 20 calls). The server counts the tool results already in the request
@@ -85,8 +86,10 @@ def _response(status: str, body: bytes) -> bytes:
 class Answerer:
     """Chooses each reply from the request body alone."""
 
-    def __init__(self, tool: str, tool_args: str, finish_args: str) -> None:
+    def __init__(self, tool: str, tool_args: str, finish_args: str, delay: float = 0.0) -> None:
         self.tool, self.tool_args, self.finish_args = tool, tool_args, finish_args
+        self.delay = delay
+        """Seconds every chat answer waits."""
 
     def answer(self, body: bytes) -> bytes:
         found = _MODEL.search(body)
@@ -130,6 +133,8 @@ async def _serve_connection(
             if method == b"POST":
                 stats.requests += 1
                 stats.body_bytes += len(body)
+                if answerer.delay:
+                    await asyncio.sleep(answerer.delay)
                 writer.write(answerer.answer(body))
             elif path.startswith(b"/stats"):
                 data = {"requests": stats.requests, "body_bytes": stats.body_bytes}
@@ -173,8 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         "--finish-args",
         default='{"summary":"done","artifacts":[],"next_steps":[],"notes":""}',
     )
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="wait before each answer")
     args = parser.parse_args(argv)
-    answerer = Answerer(args.tool, args.tool_args, args.finish_args)
+    answerer = Answerer(args.tool, args.tool_args, args.finish_args, args.delay_ms / 1000)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(args.port, answerer))
 

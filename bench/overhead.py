@@ -131,11 +131,11 @@ class Figure:
 
 
 class MockServer:
-    """bench/mock_server.py in a child process."""
+    """bench/mock_server.py in a child process (``options``: its command-line options)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *options: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "mock_server.py")],
+            [sys.executable, str(HERE / "mock_server.py"), *options],
             stdout=subprocess.PIPE,
             text=True,
         )
