@@ -148,6 +148,7 @@ def test_the_run_page(tab: Callable[..., Tab], runs: HostileRuns) -> None:
     assert has_every_payload(missing) and "[missing file]" in missing
     assert TOOL in unknown, unknown
     page.click(".item.started summary")  # the run's setup: its prompt, limits and policy
+    page.wait_for_selector(".item.started .rules td")  # built when opened
     rules = texts(opened, ".item.started .rules td")
     assert RULES[0]["path"] in rules and RULES[1]["path"] in rules
     assert_nothing_ran(opened)
