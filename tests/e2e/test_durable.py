@@ -136,11 +136,15 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
                 "step 2's command to start",
             )
             assert proc.poll() is None, (folder / "fabric.out").read_text()
+            # while its process lives, the run is not taken over
+            [runlog] = (folder / "runs").glob("*/runlog.jsonl")
+            early = fabric("resume", runlog.parent.name)
+            assert early.wait(120) == 2
+            assert "is still running in process" in (folder / "fabric.out").read_text()
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(60)
         assert model.asked == [1, 2]
-        [runlog] = (folder / "runs").glob("*/runlog.jsonl")
         run_id = runlog.parent.name
         # fabric doctor names it, and how to continue it
         doctor = fabric("doctor", "--json")

@@ -66,7 +66,8 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
     if kind == "run_started":
         return (
             f"run {event['run_id']} · pack {event.get('pack')} · "
-            f"model {event.get('model') or '(none)'}{_confinement(event.get('confinement'))}\n"
+            f"model {event.get('model') or '(none)'}{_confinement(event.get('confinement'))}"
+            f"{' · durable' if event.get('durable') else ''}\n"
             f"task: {_first_line(str(event.get('task', '')), 200)}"
         )
     if kind == "llm_request":
