@@ -8,11 +8,12 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from support import free_port
 
 
 def _bin(name: str) -> str:
@@ -20,13 +21,6 @@ def _bin(name: str) -> str:
     path = found[-1] if found else shutil.which(name)
     assert path, f"PostgreSQL's {name} is not installed (apt-get install postgresql)"
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @contextlib.contextmanager
@@ -45,7 +39,7 @@ def throwaway_postgres() -> Iterator[str]:
         done = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, f"{argv[0]} failed: {done.stdout}\n{done.stderr}"
 
-    port = _free_port()
+    port = free_port()
     options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
     try:
         run(_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8",

@@ -144,3 +144,13 @@ def planted_repository(folder: Path) -> Path:
     )
     (folder / "plant.py").write_text(PLANT_COMMONDIR)
     return folder / ".git" / "commondir"
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (a server the test starts takes it)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port

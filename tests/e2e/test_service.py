@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import assert_valid_runlog, kinds, mock_llm
+from support import assert_valid_runlog, free_port, kinds, mock_llm
 
 from fabric.testing import MockOpenAIServer, completion
 
@@ -36,13 +35,6 @@ Handler = Callable[[dict[str, Any]], tuple[int, Any]]
 
 
 # --- helpers shared by the service tests ----------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def project(folder: Path, model_url: str, **serve: Any) -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import assert_valid_runlog, read_events
+from support import assert_valid_runlog, free_port, read_events
 from typer.testing import CliRunner
 
 from fabric.application.job import Control, RunRequest
@@ -57,18 +56,11 @@ CONFIG = """
 FINISH = tool_call("finish_task", {"answer": "42"})
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.fixture
 def web_shop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The test server over streamable HTTP on a free loopback port; yields its URL."""
     monkeypatch.setenv("SHOP_KEY", "k3y-for-the-shop")
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "web-shop.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, SHOP, "--http", str(port)], stdout=log, stderr=subprocess.STDOUT,
