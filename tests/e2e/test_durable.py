@@ -117,6 +117,31 @@ def _fabric(folder: Path, *argv: str, database: str | None = None) -> subprocess
         )
 
 
+def _killed_in_step_2(
+    folder: Path, url: str, fabric: Callable[..., subprocess.Popen[bytes]]
+) -> Path:
+    """A durable run killed with SIGKILL during step 2's command; its runlog."""
+    (folder / "fabric.yaml").write_text(CONFIG.format(url=url))
+    workspace = folder / "ws"
+    workspace.mkdir()
+    proc = fabric("run", "--durable", "--pack", "counter", "--json", f"count {SECRET}")
+    try:
+        _wait_for(
+            lambda: (workspace / "cut.txt").exists() or proc.poll() is not None,
+            "step 2's command to start",
+        )
+        assert proc.poll() is None, (folder / "fabric.out").read_text()
+        # while its process lives, the run is not taken over
+        [runlog] = (folder / "runs").glob("*/runlog.jsonl")
+        early = fabric("resume", runlog.parent.name)
+        assert early.wait(120) == 2
+        assert "is still running in process" in (folder / "fabric.out").read_text()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    return runlog
+
+
 def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
     folder: Path, database: str | None
 ) -> None:
@@ -126,24 +151,8 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
         return _fabric(folder, *argv, database=database)
 
     with MockOpenAIServer(model) as server:
-        (folder / "fabric.yaml").write_text(CONFIG.format(url=server.base_url))
         workspace = folder / "ws"
-        workspace.mkdir()
-        proc = fabric("run", "--durable", "--pack", "counter", "--json", f"count {SECRET}")
-        try:
-            _wait_for(
-                lambda: (workspace / "cut.txt").exists() or proc.poll() is not None,
-                "step 2's command to start",
-            )
-            assert proc.poll() is None, (folder / "fabric.out").read_text()
-            # while its process lives, the run is not taken over
-            [runlog] = (folder / "runs").glob("*/runlog.jsonl")
-            early = fabric("resume", runlog.parent.name)
-            assert early.wait(120) == 2
-            assert "is still running in process" in (folder / "fabric.out").read_text()
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(60)
+        runlog = _killed_in_step_2(folder, server.base_url, fabric)
         assert model.asked == [1, 2]
         run_id = runlog.parent.name
         # fabric doctor names it, and how to continue it
@@ -191,6 +200,36 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
         again_proc = fabric("resume", run_id)
         assert again_proc.wait(120) == 2
         assert model.asked == [1, 2, 3]
+
+
+def test_fabric_worker_takes_over_a_run_whose_process_died(
+    folder: Path, database: str | None
+) -> None:
+    model = Model()
+
+    def fabric(*argv: str) -> subprocess.Popen[bytes]:
+        return _fabric(folder, *argv, database=database)
+
+    with MockOpenAIServer(model) as server:
+        runlog = _killed_in_step_2(folder, server.base_url, fabric)
+        worker = fabric("worker", "--once")
+        assert worker.wait(300) == 0, (folder / "fabric.out").read_text()
+    output = (folder / "fabric.out").read_text()
+    run_id = runlog.parent.name
+    assert "fabric worker: durable runs in " in output
+    assert f"continuing durable run {run_id} from its last recorded step" in output
+    assert f"durable run {run_id} ended completed after 3 step(s)" in output
+    assert model.asked == [1, 2, 3]  # step 2's reply was recorded: not asked again
+    # no one to ask whether the cut-off command may run again: it is not
+    assert (folder / "ws" / "cut.txt").read_text() == "x"
+    events = assert_valid_runlog(read_events(runlog))
+    [cut] = [e for e in events if e["kind"] == "tool_result" and e["step"] == 2]
+    assert not cut["ok"] and "cut off" in cut["output"] and "not run again" in cut["output"]
+    assert events[-1]["kind"] == "run_finished" and events[-1]["status"] == "completed"
+    # nothing left: a second look finds nothing
+    again = fabric("worker", "--once")
+    assert again.wait(120) == 0
+    assert "no unfinished durable run to take over" in (folder / "fabric.out").read_text()
 
 
 def test_dbos_stays_off_the_path_of_runs_that_are_not_durable() -> None:

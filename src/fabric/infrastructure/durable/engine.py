@@ -271,6 +271,12 @@ class DurableRuns:
             return None
         return str(found[0].status), found[0].executor_id
 
+    async def orphans(self) -> list[str]:
+        """The durable runs left unfinished by processes of this host that are gone, oldest
+        first: what ``continue_run`` may take over."""
+        found = await DBOS.list_workflows_async(status="PENDING", name=WORKFLOW, sort_desc=False)
+        return [w.workflow_id for w in found if _owner_alive(w.executor_id) is False]
+
     async def unfinished(self, run_id: str) -> bool:
         """Whether ``run_id`` is a durable run left unfinished by a process that is gone (on
         this host), which ``continue_run`` may take over."""

@@ -22,6 +22,7 @@ from .mcp_cmd import mcp_app
 from .options import BackendOpt, ConfigOpt, JsonOpt
 from .run_cmd import resume, run
 from .startup import fail, load, output_secrets, read_run, redact_output, say
+from .worker import worker
 
 if TYPE_CHECKING:
     pass
@@ -231,6 +232,7 @@ def replay(
 
 
 app.command()(resume)
+app.command()(worker)
 app.command(name="eval")(eval_command)
 app.add_typer(mcp_app, name="mcp")
 
