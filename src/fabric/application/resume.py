@@ -26,7 +26,7 @@ from typing import Any
 
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError
-from fabric.domain.models import ChatRequest, ChatResponse, RunResult, ToolSpec
+from fabric.domain.models import ChatRequest, ChatResponse, RunResult, RunStatus, ToolSpec, Usage
 
 from .approvals import RecordedApprover
 from .context import ToolContext
@@ -130,6 +130,32 @@ def _last_end(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         elif event.get("kind") == "run_resumed":
             end = None
     return end
+
+
+def logged_result(
+    end: Mapping[str, Any], run_id: str, runlog: str | None, *, default: RunStatus
+) -> RunResult:
+    """The result a ``run_finished`` records (``default``: the status when it names none)."""
+    usage = end.get("usage") or {}
+    try:
+        status = RunStatus(end.get("status", default))
+    except ValueError:
+        status = default
+    return RunResult(
+        run_id=run_id,
+        status=status,
+        payload=end.get("payload"),
+        steps=int(end.get("steps") or 0),
+        usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+        duration_s=float(end.get("duration_s") or 0.0),
+        runlog_path=runlog,
+        error=end.get("error"),
+    )
+
+
+def ended(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The ``run_finished`` the run ended with, unless a later ``run_resumed`` reopened it."""
+    return _last_end(events)
 
 
 def _without_envelope(end: Mapping[str, Any]) -> dict[str, Any]:
@@ -375,4 +401,4 @@ async def resume_task(
     return await execute_task(job, resumed_kit, dataclasses.replace(control, approver=approver))
 
 
-__all__ = ["ResumePlan", "ResumingRunLog", "plan_resume", "resume_task"]
+__all__ = ["ResumePlan", "ResumingRunLog", "ended", "logged_result", "plan_resume", "resume_task"]

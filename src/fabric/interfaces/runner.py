@@ -20,7 +20,7 @@ from fabric.config.loader import LoadedConfig
 from fabric.config.schema import Limits
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
-from fabric.domain.models import RunResult
+from fabric.domain.models import RunResult, RunStatus
 from fabric.domain.secrets import Secrets
 from fabric.infrastructure.llm.backends import Backends
 from fabric.infrastructure.packs.registry import LoadedPack, load_pack
@@ -158,6 +158,8 @@ class Runner:
         limits = _limits(loaded_pack.settings.limits, request.max_steps)
         run_id = request.run_id or new_run_id()
         recovered = await self._recovered(run_id) if checkpoints is not None else None
+        if isinstance(recovered, RunResult):
+            return recovered
         watching = control.events()
 
         def open_log() -> JsonlRunLog:
@@ -196,16 +198,20 @@ class Runner:
                     )
             return await execute_task(job, kit, control)
 
-    async def _recovered(self, run_id: str) -> ResumePlan | None:
-        """For a durable run whose runlog exists: how far it got (its process died)."""
+    async def _recovered(self, run_id: str) -> ResumePlan | RunResult | None:
+        """For a durable run whose runlog exists: how far it got (its process died), or, when
+        the log holds its end (the process died as the run ended), how it ended."""
         import asyncio
 
-        from fabric.application.resume import plan_resume
+        from fabric.application.resume import ended, logged_result, plan_resume
 
         path = self.runlog_path(run_id)
         if not path.exists():
             return None
         events = await asyncio.to_thread(self.read_runlog, path)
+        end = ended(events)
+        if end is not None:
+            return logged_result(end, run_id, str(path), default=RunStatus.FAILED)
         return dataclasses.replace(plan_resume(events), reason="recovered")
 
     def _reopen(self, path: Path, observers: Sequence[Observer]) -> JsonlRunLog:

@@ -171,7 +171,7 @@ def cancelled_result(runlog: Path) -> RunResult:
     """How a run stopped by Ctrl-C ended, from the ``run_finished`` its runlog ends with (the
     loop logs the end, then the interrupt goes on, so no ``RunResult`` comes back); without
     one (cut off before its runlog began, or before its end was logged) it is ``cancelled``."""
-    from fabric.domain.models import Usage
+    from fabric.application.resume import logged_result
     from fabric.infrastructure.runlog import read_runlog
 
     try:
@@ -180,18 +180,6 @@ def cancelled_result(runlog: Path) -> RunResult:
         events = []
     last = events[-1] if events else {}
     end: Mapping[str, Any] = last if last.get("kind") == "run_finished" else {}
-    usage = end.get("usage") or {}
-    try:
-        status = RunStatus(end.get("status", RunStatus.CANCELLED))
-    except ValueError:
-        status = RunStatus.CANCELLED
-    return RunResult(
-        run_id=str(events[0].get("run_id")) if events else runlog.parent.name,
-        status=status,
-        payload=end.get("payload"),
-        steps=int(end.get("steps") or 0),
-        usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
-        duration_s=float(end.get("duration_s") or 0.0),
-        runlog_path=str(runlog) if events else None,
-        error=end.get("error"),
-    )
+    run_id = str(events[0].get("run_id")) if events else runlog.parent.name
+    path = str(runlog) if events else None
+    return logged_result(end, run_id, path, default=RunStatus.CANCELLED)
