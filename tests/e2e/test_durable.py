@@ -117,6 +117,18 @@ def _fabric(folder: Path, *argv: str, database: str | None = None) -> subprocess
         )
 
 
+Fabric = Callable[..., subprocess.Popen[bytes]]
+"""Starts a fabric command in the test's folder, on its database."""
+
+
+@pytest.fixture
+def fabric(folder: Path, database: str | None) -> Fabric:
+    def start(*argv: str) -> subprocess.Popen[bytes]:
+        return _fabric(folder, *argv, database=database)
+
+    return start
+
+
 def _killed_in_step_2(
     folder: Path, url: str, fabric: Callable[..., subprocess.Popen[bytes]]
 ) -> Path:
@@ -143,13 +155,9 @@ def _killed_in_step_2(
 
 
 def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
-    folder: Path, database: str | None
+    folder: Path, database: str | None, fabric: Fabric
 ) -> None:
     model = Model()
-
-    def fabric(*argv: str) -> subprocess.Popen[bytes]:
-        return _fabric(folder, *argv, database=database)
-
     with MockOpenAIServer(model) as server:
         workspace = folder / "ws"
         runlog = _killed_in_step_2(folder, server.base_url, fabric)
@@ -203,13 +211,9 @@ def test_a_killed_durable_run_goes_on_from_its_last_recorded_step(
 
 
 def test_fabric_worker_takes_over_a_run_whose_process_died(
-    folder: Path, database: str | None
+    folder: Path, database: str | None, fabric: Fabric
 ) -> None:
     model = Model()
-
-    def fabric(*argv: str) -> subprocess.Popen[bytes]:
-        return _fabric(folder, *argv, database=database)
-
     with MockOpenAIServer(model) as server:
         runlog = _killed_in_step_2(folder, server.base_url, fabric)
         worker = fabric("worker", "--once")

@@ -96,7 +96,7 @@ def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = Non
             raise ConfigError("--max-steps must be at least 1")
         limits = limits.model_copy(update={"max_steps": max_steps})
     completed = _complete_steps(recording)
-    finished = _last_end(events)
+    finished = ended(events)
     if finished is None:
         reason = "interrupted"
     elif finished.get("status") in RESUMABLE:
@@ -121,7 +121,7 @@ def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = Non
     return ResumePlan(recording.started, kept, completed, limits, reason, finished)
 
 
-def _last_end(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def ended(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The ``run_finished`` that ends the log, unless a later ``run_resumed`` reopened it."""
     end: Mapping[str, Any] | None = None
     for event in events:
@@ -151,11 +151,6 @@ def logged_result(
         runlog_path=runlog,
         error=end.get("error"),
     )
-
-
-def ended(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The ``run_finished`` the run ended with, unless a later ``run_resumed`` reopened it."""
-    return _last_end(events)
 
 
 def _without_envelope(end: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,11 +22,13 @@ from fabric.interfaces.runner import Runner
 
 if TYPE_CHECKING:  # the task service (and structlog) load only for fabric serve
     from fabric.application.tasks import TaskService
+    from fabric.infrastructure.durable.engine import DurableRuns
 
 __all__ = [
     "Runner",
     "build_runner",
     "build_service",
+    "durable_runs",
     "embedded_files",
     "known_secrets",
     "service_files",
@@ -95,15 +97,6 @@ def build_service(
 
         store = SqliteTaskStore(service_files(loaded)[0])
     roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
-    durable = None
-    if settings.durable:  # DBOS loads only for this (ADR 0020)
-        import fabric
-        from fabric.infrastructure.durable.engine import DurableRuns
-
-        url = database_url(settings.durable_database, loaded.base_dir)
-        durable = DurableRuns(
-            url, version=fabric.__version__, run=runner.run, secrets=runner.secrets
-        )
     return TaskService(
         runner,
         store,
@@ -116,8 +109,18 @@ def build_service(
             share_workspaces=settings.share_workspaces,
         ),
         clock=clock or utc_now,
-        durable=durable,
+        durable=durable_runs(loaded, runner) if settings.durable else None,
     )
+
+
+def durable_runs(loaded: LoadedConfig, runner: Runner) -> DurableRuns:
+    """``runner``'s runs as durable runs on the config's database (ADR 0020), for `fabric run
+    --durable`, `fabric worker` and a durable service; DBOS loads only here."""
+    import fabric
+    from fabric.infrastructure.durable.engine import DurableRuns
+
+    url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
+    return DurableRuns(url, version=fabric.__version__, run=runner.run, secrets=runner.secrets)
 
 
 def embedded_files(loaded: LoadedConfig) -> tuple[Path, ...]:

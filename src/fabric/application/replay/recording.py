@@ -121,17 +121,7 @@ class Recording:
     @property
     def tools(self) -> list[Any]:
         """The tool definitions of the first request."""
-        return self.tools_at(1)
-
-    def tools_at(self, number: int) -> list[Any]:
-        """The tool definitions in effect at step ``number``: the last ones sent up to it."""
-        found: list[Any] = []
-        for step in self.steps:
-            if step.number > number:
-                break
-            if step.tools is not None:
-                found = step.tools
-        return found
+        return next((s.tools for s in self.steps if s.tools is not None), [])
 
     def mcp_names(self) -> list[str]:
         """The names of every MCP tool the run was offered: at its start and each resume

@@ -221,7 +221,7 @@ class TaskService(Generic[R]):
         )
         durable = self.durable
         try:
-            if durable is not None and await durable.unfinished(task_id):
+            if durable is not None and runlog.is_file() and await durable.unfinished(task_id):
                 # a dead service left it: on from its last recorded step
                 result = await durable.continue_run(task_id, control)
             elif runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog

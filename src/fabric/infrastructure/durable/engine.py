@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -45,7 +46,6 @@ _runs: dict[str, tuple[RunFn, Control, Secrets, RunRequest | None]] = {}
 here (a control with its approver and observers cannot be stored in a database), with the
 secrets kept out of the database and the request as it was given (the database holds it
 redacted; a run continued in another process goes on with that)."""
-_registered: list[Any] = []
 
 
 class JsonSerializer(Serializer):
@@ -130,10 +130,9 @@ def _result(value: Mapping[str, Any]) -> RunResult:
     )
 
 
+@functools.cache
 def _register() -> Any:
     """The run workflow, registered with DBOS once per process (before it launches)."""
-    if _registered:
-        return _registered[0]
 
     @DBOS.workflow(name=WORKFLOW)
     async def durable_run(request: dict[str, Any]) -> dict[str, Any]:
@@ -152,7 +151,6 @@ def _register() -> Any:
         result = await run(given, control, DbosCheckpoints(secrets))
         return _result_json(result)
 
-    _registered.append(durable_run)
     return durable_run
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -126,13 +126,9 @@ async def _durably(
 ) -> RunResult:
     """``request`` as a durable run (ADR 0020), or the continuation of the durable run
     ``resume`` whose process died."""
-    import fabric
-    from fabric.infrastructure.durable.engine import DurableRuns
-    from fabric.infrastructure.durable.where import database_url
+    from fabric.interfaces.compose import durable_runs
 
-    url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
-    version = fabric.__version__
-    async with DurableRuns(url, version=version, run=runner.run, secrets=runner.secrets) as durable:
+    async with durable_runs(loaded, runner) as durable:
         if resume is not None:
             say(f"continuing durable run {resume} from its last recorded step ({durable.where()})")
             return await durable.continue_run(resume, control)
@@ -196,7 +192,7 @@ def resume(
     a higher --max-steps), in the same runlog and workspace; completed steps are not sent to
     the model again."""
     from fabric.application.job import Control
-    from fabric.application.resume import plan_resume
+    from fabric.application.resume import ended, plan_resume
     from fabric.domain.errors import ConfigError
     from fabric.interfaces.compose import build_runner
 
@@ -213,7 +209,7 @@ def resume(
     progress = Progress(sys.stderr, live=sys.stderr.isatty(), secrets=runner.secrets)
 
     control = Control(approver=cli_approver(yes=yes, progress=progress), observers=(progress,))
-    durable = bool(events and events[0].get("durable")) and not _ended(events)
+    durable = bool(events and events[0].get("durable")) and ended(events) is None
     if durable and max_steps is not None:
         problem = ConfigError(
             "--max-steps cannot change an unfinished durable run: it goes on as it was started",
@@ -226,8 +222,3 @@ def resume(
     else:
         started = runner.resume(events, path, max_steps=max_steps, control=control)
     _drive(runner, started, path, as_json, explain=as_json)
-
-
-def _ended(events: list[dict[str, Any]]) -> bool:
-    """Whether the log ends with the run's end (a durable run that ended is resumed as any)."""
-    return bool(events) and events[-1].get("kind") == "run_finished"

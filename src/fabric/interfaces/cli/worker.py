@@ -41,22 +41,18 @@ def worker(
     (`fabric run --durable`, `serve.durable`); stop with Ctrl-C or SIGTERM."""
     import asyncio
 
-    import fabric
     from fabric.domain.errors import FabricError
-    from fabric.infrastructure.durable.engine import DurableRuns
-    from fabric.infrastructure.durable.where import database_url
-    from fabric.interfaces.compose import build_runner
+    from fabric.interfaces.compose import build_runner, durable_runs
 
     from .startup import fail
 
     loaded = load(config, False)
     runner = build_runner(loaded, on_status=say)
-    url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
-    durable = DurableRuns(url, version=fabric.__version__, run=runner.run, secrets=runner.secrets)
+    durable = durable_runs(loaded, runner)
     limit = concurrency or loaded.config.serve.concurrency
 
     async def work() -> int:
-        async with durable, _one_worker(url):
+        async with durable, _one_worker(durable.url):
             say(f"fabric worker: durable runs in {durable.where()}; up to {limit} at once")
             try:
                 return await _serve(durable, once=once, every=every, limit=limit)
