@@ -240,4 +240,5 @@ def _durable_service_crash(tmp_path: Path, env: dict[str, str]) -> None:
     assert [e["step"] for e in events if e["kind"] == "tool_result"] == [1]  # written once
     [recovered] = [e for e in log_events(log) if e.get("event") == "task.recovered"]
     assert recovered["task_id"] == running
-    assert stored(tmp_path)[running] == "completed_unconfirmed"
+    with Service(config, env=env) as third_life:  # the task's state lives in the database
+        assert third_life.client.get(f"/tasks/{running}").json()["status"] == done["status"]

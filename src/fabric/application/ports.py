@@ -154,6 +154,12 @@ class TaskStore(Protocol):
         after (ids sort by creation time)."""
         ...
 
+    def note(self, task_id: str, **fields: Any) -> None:
+        """Fields of a running task that other processes should see before it ends (steps
+        so far, the model used): written soon in the background, or not at all by a store
+        only this process reads (the service shows its own running tasks' fields)."""
+        ...
+
     async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:
         """After a restart: mark running tasks interrupted and return them, and return the
         queued tasks oldest first (to run again)."""
@@ -178,8 +184,12 @@ class TaskExecutor(Protocol):
         """Whether the task is queued or running here."""
         ...
 
-    def cancel(self, task_id: str) -> str | None:
+    async def cancel(self, task_id: str) -> str | None:
         """``"dequeued"``, ``"signalled"`` (stops at the next safe point) or None (unknown)."""
+        ...
+
+    def waiting_for(self, task_id: str) -> list[str]:
+        """The tasks a queued task waits for because they use its workspace (when known)."""
         ...
 
     async def shutdown(self, grace: float) -> list[str]:

@@ -23,12 +23,14 @@ from fabric.interfaces.runner import Runner
 if TYPE_CHECKING:  # the task service (and structlog) load only for fabric serve
     from fabric.application.tasks import TaskService
     from fabric.infrastructure.durable.engine import DurableRuns
+    from fabric.infrastructure.durable.tasks import DbosTasks
 
 __all__ = [
     "Runner",
     "build_runner",
     "build_service",
     "durable_runs",
+    "durable_tasks",
     "embedded_files",
     "known_secrets",
     "service_files",
@@ -92,11 +94,22 @@ def build_service(
         clock=clock,
         **overrides,
     )
+    roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
+    if settings.durable:  # the tasks are DBOS workflows on queues (ADR 0020)
+        tasks = durable_tasks(loaded, runner)
+        return TaskService(
+            runner,
+            tasks,
+            workspace_roots=roots,
+            max_task_chars=settings.max_task_chars,
+            executor=tasks.executor,
+            clock=clock or utc_now,
+            durable=tasks,
+        )
     if store is None:
         from fabric.infrastructure.tasks import SqliteTaskStore
 
         store = SqliteTaskStore(service_files(loaded)[0])
-    roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
     return TaskService(
         runner,
         store,
@@ -109,7 +122,20 @@ def build_service(
             share_workspaces=settings.share_workspaces,
         ),
         clock=clock or utc_now,
-        durable=durable_runs(loaded, runner) if settings.durable else None,
+    )
+
+
+def durable_tasks(loaded: LoadedConfig, runner: Runner) -> DbosTasks:
+    """The service's tasks as DBOS workflows on queues (``serve.durable``): what ``fabric
+    serve`` and ``fabric worker`` take tasks from."""
+    from fabric.infrastructure.durable.tasks import DbosTasks
+
+    settings = loaded.config.serve
+    return DbosTasks(
+        durable_runs(loaded, runner),
+        concurrency=settings.concurrency,
+        per_pack=settings.pack_concurrency,
+        share_workspaces=settings.share_workspaces,
     )
 
 

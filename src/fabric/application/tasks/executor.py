@@ -58,7 +58,7 @@ class LocalExecutor:
         self._queue.append(record)
         self._dispatch()
 
-    def cancel(self, task_id: str) -> str | None:
+    async def cancel(self, task_id: str) -> str | None:
         """Stop a task: ``"dequeued"`` (it never started), ``"signalled"`` (it stops at the
         next safe point), or None when this executor does not hold it."""
         for index, record in enumerate(self._queue):

@@ -55,21 +55,23 @@ class Runs(Protocol):
 
 
 class DurableTasks(Protocol):
-    """Runs tasks as durable runs (ADR 0020): each step recorded, so a task a dead service
-    left is continued from its last recorded step (``infrastructure/durable`` fits it)."""
+    """Runs tasks as durable runs (ADR 0020): each step recorded, so a task whose process
+    died is continued from its last recorded step (``infrastructure/durable`` fits it)."""
 
     def where(self) -> str:
         """The database, for people."""
+        ...
+
+    def queues(self) -> list[str]:
+        """The queues tasks wait on."""
         ...
 
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
 
-    async def run(self, request: RunRequest, control: Control) -> RunResult: ...
-
-    async def unfinished(self, run_id: str) -> bool:
-        """Whether the run was left unfinished by a process that is gone."""
+    def inside(self, task_id: str) -> bool:
+        """Whether this is the task's own durable drive (its run is recorded step by step)."""
         ...
 
-    async def continue_run(self, run_id: str, control: Control) -> RunResult: ...
+    async def run(self, request: RunRequest, control: Control) -> RunResult: ...

@@ -31,7 +31,7 @@ from fabric.domain.tasks import (
 
 from .approvals import Approvals
 from .errors import Conflict, NotFound, ServiceUnavailable
-from .executor import LocalExecutor, RunTask
+from .executor import RunTask
 from .ports import DurableTasks, Runs
 from .watch import Listener, TaskWatch
 
@@ -57,8 +57,8 @@ class TaskService(Generic[R]):
     ) -> None:
         """``executor`` makes what runs the submitted tasks, given the function that runs one
         (this service's ``run``); ``clock`` stamps the records' times; with ``durable``
-        every task is a durable run (``serve.durable``), and one a dead service left is
-        continued at the next start."""
+        every task is a durable run (``serve.durable``: store, executor and ``durable`` are
+        the DBOS queue), and one a dead process left is continued from its last step."""
         self.runner = runner
         self.durable = durable
         self.store = store
@@ -154,7 +154,7 @@ class TaskService(Generic[R]):
         record = await self.get(task_id)
         if record.final:
             return record
-        how = self.executor.cancel(task_id)
+        how = await self.executor.cancel(task_id)
         if how is None:  # not held here: it ended meanwhile, so report how it ended
             return await self.get(task_id)
         if how == "dequeued":
@@ -220,16 +220,14 @@ class TaskService(Generic[R]):
             observers=(TaskWatch(self, task_id),),
         )
         durable = self.durable
+        inside = durable is not None and durable.inside(task_id)
         try:
-            if durable is not None and runlog.is_file() and await durable.unfinished(task_id):
-                # a dead service left it: on from its last recorded step
-                result = await durable.continue_run(task_id, control)
-            elif runlog.is_file():  # resumed (POST /tasks/{id}/resume): go on in its runlog
+            if runlog.is_file() and not inside:  # resumed (POST /tasks/{id}/resume)
                 events = await asyncio.to_thread(self.runner.read_runlog, runlog)
                 result = await self.runner.resume(
                     events, runlog, max_steps=record.max_steps, control=control
                 )
-            else:
+            else:  # new, or (durable) driven again from its recorded steps
                 request = RunRequest(
                     record.pack,
                     record.task,
@@ -240,12 +238,13 @@ class TaskService(Generic[R]):
                     verify=record.verify,
                     run_id=task_id,
                 )
-                if durable is not None:
+                if durable is not None and inside:
                     result = await durable.run(request, control)
                 else:
                     result = await self.runner.run(request, control)
         except asyncio.CancelledError:
-            await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
+            if not inside:  # a durable task stays running: it is continued where it was
+                await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
             raise
         except FabricError as exc:
             await self._finish(task_id, "failed", error=exc.as_dict())
@@ -274,10 +273,8 @@ class TaskService(Generic[R]):
 
     def waiting_for(self, task_id: str) -> list[str]:
         """The tasks a queued task waits for because they use its workspace (running ones,
-        then earlier queued ones); empty for any other task, and for other executors."""
-        if isinstance(self.executor, LocalExecutor):
-            return self.executor.waiting_for(task_id)
-        return []
+        then earlier queued ones); empty for any other task."""
+        return self.executor.waiting_for(task_id)
 
     def is_live(self, task_id: str) -> bool:
         """Whether the task is still queued or running here (its runlog may still grow)."""
@@ -287,8 +284,10 @@ class TaskService(Generic[R]):
         """A task's run wrote ``event``: note its step and model, wake its event streams."""
         if event["kind"] == "llm_request":
             self.progress[task_id] = int(event.get("step", 0))
+            self.store.note(task_id, steps=self.progress[task_id])
         elif event["kind"] == "run_started" and event.get("model"):
             self.used[task_id] = _used(event)
+            self.store.note(task_id, **self.used[task_id])
         self._wake(task_id)
 
     def _wake(self, task_id: str) -> None:
@@ -296,23 +295,13 @@ class TaskService(Generic[R]):
             event.set()
 
     async def recover(self) -> tuple[list[str], list[str]]:
-        """After a (re)start: running tasks become interrupted, queued ones run again; a
-        durable task a dead service left goes back in the queue and is continued from its
-        last recorded step."""
+        """After a (re)start: running tasks become interrupted, queued ones run again (with
+        durable tasks the store has nothing to do: they wait on their queue, and one a dead
+        process left is continued from its last recorded step)."""
         interrupted, queued = await self.store.recover()
-        cut = []
-        for record in interrupted:
-            if self.durable is not None and await self.durable.unfinished(record.id):
-                back = await self.store.update(
-                    record.id, status=QUEUED, finished_at=None, error=None
-                )
-                queued.append(back)
-                log.info("task.recovered", task_id=record.id, database=self.durable.where())
-            else:
-                cut.append(record)
         for record in queued:
             self.executor.submit(record)
-        return [r.id for r in cut], [r.id for r in queued]
+        return [r.id for r in interrupted], [r.id for r in queued]
 
 
 _SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"

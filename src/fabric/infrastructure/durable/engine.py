@@ -172,7 +172,7 @@ def executor_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _owner_alive(owner: str | None) -> bool | None:
+def owner_alive(owner: str | None) -> bool | None:
     """Whether the process that owns a run is alive: True or False on this host, None when
     it is another host's (or unknown)."""
     host, _, rest = (owner or "").partition(":")
@@ -207,8 +207,17 @@ class DurableRuns:
         """The database, for people (a Postgres URL without its password)."""
         return shown(self.url)
 
+    @property
+    def secrets(self) -> Secrets:
+        return self._secrets
+
     async def start(self) -> None:
-        await asyncio.to_thread(self._launch)
+        await asyncio.to_thread(self._launch, False)
+
+    def start_here(self) -> None:
+        """Launch on the running event loop's thread (blocking it meanwhile): the workflows
+        DBOS dequeues then run on that loop, beside the service's other work."""
+        self._launch(True)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._destroy)
@@ -220,7 +229,8 @@ class DurableRuns:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def _launch(self) -> None:
+    def _launch(self, queues: bool) -> None:
+        """``queues``: whether this process takes tasks from the task queues."""
         _register()
         config: DBOSConfig = {
             "name": "fabric",
@@ -235,6 +245,8 @@ class DurableRuns:
             config["system_database_engine"] = engine
         try:
             DBOS(config=config)
+            if not queues:
+                DBOS.listen_queues([])
             DBOS.launch()
         except Exception as exc:
             with contextlib.suppress(Exception):
@@ -262,6 +274,10 @@ class DurableRuns:
         finally:
             _runs.pop(request.run_id, None)
 
+    async def drive(self, request: RunRequest, control: Control, checkpoints: Any) -> RunResult:
+        """Run ``request`` inside the workflow already running it (a task's)."""
+        return await self._run(request, control, checkpoints)
+
     async def status(self, run_id: str) -> tuple[str, str | None] | None:
         """The run's workflow status and owner, or None when it was not a durable run."""
         found = await DBOS.list_workflows_async(workflow_ids=[run_id])
@@ -273,13 +289,13 @@ class DurableRuns:
         """The durable runs left unfinished by processes of this host that are gone, oldest
         first: what ``continue_run`` may take over."""
         found = await DBOS.list_workflows_async(status="PENDING", name=WORKFLOW, sort_desc=False)
-        return [w.workflow_id for w in found if _owner_alive(w.executor_id) is False]
+        return [w.workflow_id for w in found if owner_alive(w.executor_id) is False]
 
     async def unfinished(self, run_id: str) -> bool:
         """Whether ``run_id`` is a durable run left unfinished by a process that is gone (on
         this host), which ``continue_run`` may take over."""
         status = await self.status(run_id)
-        return status is not None and status[0] == "PENDING" and _owner_alive(status[1]) is False
+        return status is not None and status[0] == "PENDING" and owner_alive(status[1]) is False
 
     async def continue_run(self, run_id: str, control: Control) -> RunResult:
         """Continue the durable run ``run_id`` whose process died, from its last recorded
@@ -292,7 +308,7 @@ class DurableRuns:
         state, owner = status
         if state != "PENDING":
             raise ConfigError(f"durable run {run_id} is not unfinished (its state: {state})")
-        alive = _owner_alive(owner)
+        alive = owner_alive(owner)
         if alive is not False:
             where = "still running in process" if alive else "owned by"
             raise ConfigError(

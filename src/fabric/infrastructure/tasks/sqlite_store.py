@@ -161,6 +161,10 @@ class SqliteTaskStore:
         sql = f"{_SELECT} {where} ORDER BY id {order} LIMIT ?"
         return await self._call(lambda conn: [_decode(row) for row in conn.execute(sql, params)])
 
+    def note(self, task_id: str, **fields: Any) -> None:
+        """Nothing: only the service that runs a task reads this file while the task runs,
+        and it shows its running tasks' fields itself."""
+
     # -- service (re)start and lifetime ---------------------------------------------------
 
     async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:

@@ -70,7 +70,12 @@ def run_service(loaded: LoadedConfig, *, host: str | None, port: int | None) -> 
     sys.stderr.write(
         f"fabric serve on {url} (token: {source}); stop with Ctrl-C or SIGTERM\n"
         f"web console: {url}/console (log in there with the token)\n"
-        + (f"durable tasks: every step recorded in {durable.where()}\n" if durable else "")
+        + (
+            f"durable tasks: every step recorded in {durable.where()}; "
+            f"queue {', '.join(durable.queues())}\n"
+            if durable
+            else ""
+        )
     )
     sys.stderr.flush()
     config = uvicorn.Config(
