@@ -42,7 +42,6 @@ def project(folder: Path) -> Path:
         "serve": {
             "workspace_roots": ["ws"],
             "allowed_hosts": ["127.0.0.1", "localhost"],
-            "database": "tasks.sqlite3",
             "token_file": str(folder / "token"),
             "shutdown_grace": 2,
         },

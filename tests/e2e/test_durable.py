@@ -220,7 +220,7 @@ def test_fabric_worker_takes_over_a_run_whose_process_died(
         assert worker.wait(300) == 0, (folder / "fabric.out").read_text()
     output = (folder / "fabric.out").read_text()
     run_id = runlog.parent.name
-    assert "fabric worker: durable runs in " in output
+    assert "fabric worker: tasks from queue fabric.tasks in " in output
     assert f"continuing durable run {run_id} from its last recorded step" in output
     assert f"durable run {run_id} ended completed after 3 step(s)" in output
     assert model.asked == [1, 2, 3]  # step 2's reply was recorded: not asked again

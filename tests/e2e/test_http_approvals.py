@@ -5,7 +5,6 @@ answers it; unanswered calls time out into a refusal; cancelling while waiting w
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from pathlib import Path
@@ -13,10 +12,19 @@ from typing import Any
 
 import httpx
 from support import assert_valid_runlog
-from test_service import GUARD, TOKEN, Handler, Service, error_shape, project, sse, step_of, task_of
+from test_service import (
+    GUARD,
+    TOKEN,
+    Handler,
+    Service,
+    error_shape,
+    project,
+    sse,
+    step_of,
+    task_of,
+    wait_until,
+)
 
-from fabric.domain.tasks import TaskRecord
-from fabric.infrastructure.tasks import SqliteTaskStore
 from fabric.testing import MockOpenAIServer, completion
 
 ASK_WRITES = {"rules": [{"tool": "write_file", "path": "**", "verdict": "ask"}]}
@@ -221,19 +229,27 @@ def test_approval_requests_that_cannot_be_served(tmp_path: Path) -> None:
     assert (tmp_path / "ws" / "guarded.txt").exists()
 
 
-def test_a_restart_interrupts_a_task_that_waited_for_approval(tmp_path: Path) -> None:
-    """What the service does at start-up with a task the last process left waiting."""
-
-    async def scenario() -> tuple[list[str], str | None]:
-        async with SqliteTaskStore(tmp_path / "tasks.sqlite3") as store:
-            record = TaskRecord(
-                id="t1", pack="writer", task="x", model=None, backend=None,
-                workspace=str(tmp_path), max_steps=None, status="awaiting_approval",
-                created_at="2026-11-22T00:00:00.000Z",
-            )  # fmt: skip
-            await store.add(record)
-            interrupted, _ = await store.recover()
-            after = await store.get("t1")
-            return [r.id for r in interrupted], after.status if after else None
-
-    assert asyncio.run(scenario()) == (["t1"], "interrupted")
+def test_a_task_a_killed_service_left_waiting_for_approval_asks_again(tmp_path: Path) -> None:
+    """A service killed while a task waits for a person: the next start continues the task
+    from its recorded steps, and asks again about the call (it never ran); approved, the call
+    runs once, and the model is not asked again for the step that had its reply."""
+    with MockOpenAIServer(write_then_finish(), models=["m"]) as model:
+        path = config(tmp_path, model.base_url)
+        with Service(path) as first:
+            task_id = first.submit(pack="writer", task="guarded")
+            asked = wait_for_request(first, task_id)
+            first.kill()  # SIGKILL while the call waits
+        with Service(path) as second:
+            asked_again = lambda: second.task(task_id)["status"] == "awaiting_approval"  # noqa: E731
+            wait_until(asked_again, "the call asked about again")
+            [waiting] = second.task(task_id)["approvals"]
+            assert waiting["call_id"] == asked["call_id"]
+            answer = second.client.post(waiting["url"], json={"approve": True})
+            assert answer.status_code == 200, answer.text
+            done = second.wait_final(task_id)
+    assert done["status"] == "completed", done
+    assert (tmp_path / "ws" / "guarded.txt").read_text() == "hi"
+    assert [step_of(b) for b in model.requests] == [0, 1]
+    events = events_of(tmp_path, task_id)
+    assert [e["kind"] for e in events].count("tool_result") == 1
+    assert [e["by"] for e in events if e["kind"] == "approval"] == ["http"]

@@ -190,11 +190,11 @@ def test_the_service_never_answers_or_logs_a_secret(tmp_path: Path) -> None:
     assert '"task.finished"' in log
     assert_no_secret(log, *secrets)
 
-    database = tmp_path / "tasks.sqlite3"  # the service's task records hold none either
+    database = tmp_path / "durable.sqlite3"  # the service's tasks hold none either
     with contextlib.closing(sqlite3.connect(database)) as db:
-        rows = {r[0]: r[1:] for r in db.execute("SELECT id, task, payload, error FROM tasks")}
-    task, payload, _ = rows[quoted]
-    assert task == "the token is [redacted]"
-    assert json.loads(payload) == {"summary": "the token is [redacted] / [redacted]"}
-    assert "Bearer [redacted]" in json.loads(rows[refused][2])["message"]
-    assert_no_secret(b"".join(p.read_bytes() for p in tmp_path.glob("tasks.sqlite3*")), *secrets)
+        query = "SELECT workflow_uuid, attributes FROM workflow_status WHERE name = 'fabric.task'"
+        rows = {r[0]: json.loads(r[1]) for r in db.execute(query)}
+    assert rows[quoted]["task"] == "the token is [redacted]"
+    assert rows[quoted]["payload"] == {"summary": "the token is [redacted] / [redacted]"}
+    assert "Bearer [redacted]" in rows[refused]["error"]["message"]
+    assert_no_secret(b"".join(p.read_bytes() for p in tmp_path.glob("durable.sqlite3*")), *secrets)

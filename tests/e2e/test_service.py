@@ -70,8 +70,11 @@ class Service:
     """``fabric serve`` in a child process on a free loopback port, with the token in its
     environment and its stderr kept in a file. Killed on exit, whatever happened."""
 
-    def __init__(self, config: Path, *, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, config: Path, *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> None:
         self.config = config
+        self.args = args
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         secrets = {"FABRIC_API_TOKEN": TOKEN, "FABRIC_API_KEY": API_KEY}
@@ -86,7 +89,7 @@ class Service:
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "fabric", "serve",
-                 "--config", str(self.config), "--port", str(self.port)],
+                 "--config", str(self.config), "--port", str(self.port), *self.args],
                 env=self.env, cwd=self.config.parent, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         deadline = time.monotonic() + GUARD

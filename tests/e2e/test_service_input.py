@@ -47,7 +47,9 @@ def attacked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service
     (root / "ws" / "loop").symlink_to(root / "ws" / "loop")
     env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")}
     with MockOpenAIServer(writer_then_finish, models=["m"]) as model:
-        config = project(root, model.base_url, workspace_roots=["/"], database="data/t.sqlite3")
+        config = project(
+            root, model.base_url, workspace_roots=["/"], durable_database="data/t.sqlite3"
+        )
         with Service(config, env=env) as service:
             yield service, Place(root, home)
 
@@ -94,7 +96,7 @@ REFUSED = [
     ("{root}/ws/../runs", "runlogs"),
     ("{root}/runs/old", "lies inside"),
     ("{root}/ws/runs-link", "runlogs"),  # a symlink to the runs folder
-    ("{root}/data", "task records"),
+    ("{root}/data", "tasks and durable runs"),
     ("/", "filesystem root"),
     ("{home}", "your home folder"),
     ("~", "your home folder"),

@@ -66,7 +66,10 @@ class Model:
         return 200, completion(None, [("finish_task", {"summary": "wrote a.txt and b.txt"})])
 
 
-def test_a_task_killed_with_the_server_resumes_after_the_restart(tmp_path: Path) -> None:
+def test_a_task_killed_with_the_server_goes_on_at_the_restart(tmp_path: Path) -> None:
+    """Every task is durable (ADR 0020): the next start continues it from its last recorded
+    step, in the same runlog, without being asked; only the step that was cut off is asked
+    of the model again."""
     model = Model()
     with MockOpenAIServer(model, models=["m"]) as server:
         config = project(tmp_path, server.base_url)
@@ -82,16 +85,6 @@ def test_a_task_killed_with_the_server_resumes_after_the_restart(tmp_path: Path)
         calls_before = len(server.requests)
 
         with Service(config) as second_life:
-            cut = second_life.task(task_id)
-            assert cut["status"] == "interrupted"
-            assert "/resume" in cut["error"]["hint"]
-            assert cut["urls"]["resume"] == f"/tasks/{task_id}/resume"
-            answer = second_life.client.post(f"/tasks/{task_id}/resume")
-            assert answer.status_code == 202, answer.text
-            resumed = answer.json()
-            assert resumed["id"] == task_id
-            assert resumed["status"] in {"queued", "running", "completed"}
-            assert resumed["error"] is None
             done = second_life.wait_final(task_id)
             stream = [m["data"] for m in sse(second_life.client.get(f"/tasks/{task_id}/events"))]
             again = second_life.client.post(f"/tasks/{task_id}/resume")
@@ -104,7 +97,7 @@ def test_a_task_killed_with_the_server_resumes_after_the_restart(tmp_path: Path)
     events = assert_valid_runlog(runlog)
     assert events[: len(before)] == before  # the same runlog, appended to
     [mark] = [e for e in events if e["kind"] == "run_resumed"]
-    assert mark["from_step"] == 3 and mark["reason"] == "interrupted"
+    assert mark["from_step"] == 3 and mark["reason"] == "recovered"
     assert [step_of(body) for body in after] == [2]  # only the step that never completed
     assert stream == events  # the event stream goes on in the same log
     assert (tmp_path / "ws" / "a.txt").read_text() == "a.txt"

@@ -1,6 +1,6 @@
 """A task submitted over HTTP runs its commands confined like `fabric run` does: the runlog says
-how, and the command cannot see the service's own files (its task database holds every
-client's tasks) nor write outside the task's workspace."""
+how, and the command cannot see the service's own files (its database holds every client's
+tasks) nor write outside the task's workspace."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ SNOOP = (
 
 
 def test_a_service_task_runs_its_commands_confined(tmp_path: Path) -> None:
-    database = tmp_path / "tasks.sqlite3"
+    database = tmp_path / "durable.sqlite3"
     outside = tmp_path / "outside.txt"
     command = shlex.join(["python", "-c", SNOOP, str(database), str(outside)])
     script = [

@@ -24,7 +24,7 @@ from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
 from fabric.interfaces.http.redaction import RedactSecrets
 from fabric.interfaces.http.security import BearerAuth, BodyLimit, HostCheck
-from fabric.interfaces.http.tokens import (
+from fabric.interfaces.tokens import (
     ENV_SOURCE,
     check_bind,
     is_loopback_host,

@@ -269,7 +269,7 @@ def test_the_service_answers_without_its_token_even_from_a_file(
     (tmp_path / "ws").mkdir()
     (tmp_path / "fabric.yaml").write_text(
         "version: 1\nruns_dir: runs\n"
-        "serve: {workspace_roots: [ws], allowed_hosts: [testserver], database: tasks.db}\n"
+        "serve: {workspace_roots: [ws], allowed_hosts: [testserver]}\n"
         "packs:\n  p: {builder: declarative, system_prompt: x, tools: [read_file],\n"
         "      finish_schema: {type: object}}\n"
     )

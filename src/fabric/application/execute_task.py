@@ -18,7 +18,7 @@ from fabric.domain.models import RunResult, RunStatus
 from .approvals import PolicyGate
 from .context import ToolContext
 from .cost import RunCost
-from .job import Control, Job, Kit
+from .job import LEFT_FOR_RECOVERY, Control, Job, Kit
 from .loop.run import Run
 from .loop.state import Stop, describe, usage_json
 from .verify import describe as describe_checks
@@ -94,7 +94,11 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         await run.loop()
     except Stop as signal:
         stop = signal
-    except (asyncio.CancelledError, KeyboardInterrupt):
+    except asyncio.CancelledError as cut:
+        if cut.args[:1] != (LEFT_FOR_RECOVERY,):
+            _finish_log(run, Stop(RunStatus.CANCELLED), started)
+        raise
+    except KeyboardInterrupt:
         _finish_log(run, Stop(RunStatus.CANCELLED), started)
         raise
     except Exception as exc:  # a bug in fabric or an adapter: record it, never lose the log

@@ -76,6 +76,11 @@ class Kit:
     call; a change is offered to the model and logged in that ``llm_request``."""
 
 
+LEFT_FOR_RECOVERY = "fabric: left for recovery"
+"""What a durable run's task is cancelled with when a shutdown cuts it off: its runlog is left
+without an end, as if its process had died, so the run that continues it goes on in it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Control:
     """How a run is steered from outside while it goes on."""

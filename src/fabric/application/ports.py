@@ -160,6 +160,19 @@ class TaskStore(Protocol):
         only this process reads (the service shows its own running tasks' fields)."""
         ...
 
+    async def asks(self, task_id: str) -> list[dict[str, Any]]:
+        """The calls of the task waiting for a person, as the process running it noted them
+        (``note(task_id, asks=[...])``)."""
+        ...
+
+    async def answer_of(self, task_id: str, call_id: str) -> dict[str, Any] | None:
+        """The answer given through the store to one waiting call, if any."""
+        ...
+
+    async def give_answer(self, task_id: str, call_id: str, answer: dict[str, Any]) -> None:
+        """Store a person's answer to a call (for the process that runs the task)."""
+        ...
+
     async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:
         """After a restart: mark running tasks interrupted and return them, and return the
         queued tasks oldest first (to run again)."""
@@ -178,7 +191,9 @@ class TaskExecutor(Protocol):
         """False once shutdown began."""
         ...
 
-    def submit(self, record: TaskRecord) -> None: ...
+    async def submit(self, record: TaskRecord) -> None:
+        """Queue a task stored as queued (new, or resumed); RuntimeError once shutdown began."""
+        ...
 
     def holds(self, task_id: str) -> bool:
         """Whether the task is queued or running here."""
@@ -188,8 +203,9 @@ class TaskExecutor(Protocol):
         """``"dequeued"``, ``"signalled"`` (stops at the next safe point) or None (unknown)."""
         ...
 
-    def waiting_for(self, task_id: str) -> list[str]:
-        """The tasks a queued task waits for because they use its workspace (when known)."""
+    async def waiting_for(self, record: TaskRecord) -> list[str]:
+        """The tasks a queued task waits for because they use its workspace: the running
+        ones, then the earlier queued ones."""
         ...
 
     async def shutdown(self, grace: float) -> list[str]:

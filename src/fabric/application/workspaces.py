@@ -5,11 +5,12 @@ place that holds much more than one project, or fabric's own state:
 
 - the filesystem root, the user's home folder, or a folder that contains the home folder;
 - fabric's runs folder, or a folder inside it (a run could rewrite other runs' logs);
-- fabric's own folders, or a folder inside them: the service's task records (the folder of
-  ``serve.database``), the API token's folder (that of ``serve.token_file``) and the cache
-  (``$XDG_CACHE_HOME/fabric``, else ``~/.cache/fabric``). Such a folder that is the config's
-  own folder does not count: that folder is the usual workspace of ``fabric run``, and fabric's
-  files in it are kept from the run's tools one by one instead (ADRs 0009 and 0013).
+- fabric's own folders, or a folder inside them: the service's tasks (the folder of
+  ``serve.durable_database`` when it is a file), the API token's folder (that of
+  ``serve.token_file``) and the cache (``$XDG_CACHE_HOME/fabric``, else ``~/.cache/fabric``).
+  Such a folder that is the config's own folder does not count: that folder is the usual
+  workspace of ``fabric run``, and fabric's files in it are kept from the run's tools one by
+  one instead (ADRs 0009 and 0013).
 
 The service also names the folders a task's workspace must lie under (``serve.workspace_roots``).
 Every refusal is a ``ConfigError`` that says why and what to do instead.
@@ -59,7 +60,7 @@ def check_workspace(
             hint=f"{_ELSEWHERE}, e.g. {home / 'projects' / 'name'}",
         )
     settings = loaded.config.serve
-    key = (loaded.base_dir, settings.database, settings.token_file, runs_dir, home,
+    key = (loaded.base_dir, settings.durable_database, settings.token_file, runs_dir, home,
            os.environ.get("XDG_CACHE_HOME", ""))  # fmt: skip
     if key not in _FOLDERS:  # resolving them costs a few syscalls each: once per process
         _FOLDERS[key] = _fabric_folders(loaded, runs_dir, home)
@@ -120,10 +121,12 @@ def _fabric_folders(loaded: LoadedConfig, runs_dir: Path, home: Path | None) -> 
     settings = loaded.config.serve
     cache = os.environ.get("XDG_CACHE_HOME", "")
     candidates = {
-        (loaded.base_dir / settings.database).parent: "the service's task records",
         Path(settings.token_file).parent: "the API token",
         (Path(cache) if Path(cache).is_absolute() else Path("~/.cache")) / "fabric": "caches",
     }
+    if "://" not in settings.durable_database:  # a SQLite file
+        database = loaded.base_dir / settings.durable_database
+        candidates[database.parent] = "the service's tasks and durable runs"
     config_dir = loaded.base_dir.resolve()
     folders = {runs_dir.resolve(): "runlogs"}
     for place, holds in candidates.items():

@@ -36,6 +36,8 @@ class TaskRecord:
     error: dict[str, str] | None = None
     verify: str | None = None
     """The task's own check of the work (a command, or 'off'); None: the pack's."""
+    priority: int = 0
+    """Its place in the queue: lower numbers start first (0, the default, before all)."""
 
     @property
     def final(self) -> bool:

@@ -4,16 +4,18 @@ keyword overrides for what they replace, so they behave the same; nothing is pat
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fabric.application.ports import RunObserver, TaskStore
+from fabric.application.ports import RunObserver
 from fabric.config.loader import LoadedConfig
 from fabric.domain.clock import Clock, utc_now
+from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
-from fabric.infrastructure.durable.where import database_url, sqlite_path
+from fabric.infrastructure.durable.where import database_url, shown, sqlite_path
 from fabric.infrastructure.llm.backends import Backends
 from fabric.infrastructure.sandbox import command_runner
 from fabric.interfaces.model_resolver import ChatFactory
@@ -74,18 +76,20 @@ def build_service(
     loaded: LoadedConfig,
     *,
     token: str,
-    store: TaskStore | None = None,
     clock: Clock | None = None,
+    runs_tasks: bool = True,
     **overrides: Any,
 ) -> TaskService[Runner]:
-    """Compose the task service of ``fabric serve`` around a runner built as ``build_runner``
-    builds it (``overrides`` are its keywords). ``store`` keeps the task records (default:
-    SQLite at ``serve.database``); ``clock`` stamps them and the runlogs. The service's
-    ``token`` is a secret like the API keys; tasks' file tools may not read the config the
-    server runs with."""
-    from fabric.application.tasks import LocalExecutor, TaskService
+    """Compose the task service of ``fabric serve`` and ``fabric worker`` around a runner
+    built as ``build_runner`` builds it (``overrides`` are its keywords): every task a DBOS
+    workflow on the queues of ``serve.durable_database`` (ADR 0020). ``clock`` stamps the
+    records and the runlogs; ``runs_tasks``: whether this process takes tasks from the queues
+    (False: an API node only). The service's ``token`` is a secret like the API keys; tasks'
+    file tools may not read the config the server runs with."""
+    from fabric.application.tasks import TaskService
 
     settings = loaded.config.serve
+    refuse_old_tasks(loaded)
     config = Path(loaded.source)
     runner = build_runner(
         loaded,
@@ -95,38 +99,20 @@ def build_service(
         **overrides,
     )
     roots = [(loaded.base_dir / Path(r).expanduser()).resolve() for r in settings.workspace_roots]
-    if settings.durable:  # the tasks are DBOS workflows on queues (ADR 0020)
-        tasks = durable_tasks(loaded, runner)
-        return TaskService(
-            runner,
-            tasks,
-            workspace_roots=roots,
-            max_task_chars=settings.max_task_chars,
-            executor=tasks.executor,
-            clock=clock or utc_now,
-            durable=tasks,
-        )
-    if store is None:
-        from fabric.infrastructure.tasks import SqliteTaskStore
-
-        store = SqliteTaskStore(service_files(loaded)[0])
+    tasks = durable_tasks(loaded, runner, runs_tasks=runs_tasks)
     return TaskService(
         runner,
-        store,
+        tasks,
         workspace_roots=roots,
         max_task_chars=settings.max_task_chars,
-        executor=lambda run: LocalExecutor(
-            run,
-            limit=settings.concurrency,
-            per_pack=settings.pack_concurrency,
-            share_workspaces=settings.share_workspaces,
-        ),
+        executor=tasks.executor,
         clock=clock or utc_now,
+        durable=tasks,
     )
 
 
-def durable_tasks(loaded: LoadedConfig, runner: Runner) -> DbosTasks:
-    """The service's tasks as DBOS workflows on queues (``serve.durable``): what ``fabric
+def durable_tasks(loaded: LoadedConfig, runner: Runner, *, runs_tasks: bool = True) -> DbosTasks:
+    """The service's tasks as DBOS workflows on queues (ADR 0020): what ``fabric
     serve`` and ``fabric worker`` take tasks from."""
     from fabric.infrastructure.durable.tasks import DbosTasks
 
@@ -136,6 +122,7 @@ def durable_tasks(loaded: LoadedConfig, runner: Runner) -> DbosTasks:
         concurrency=settings.concurrency,
         per_pack=settings.pack_concurrency,
         share_workspaces=settings.share_workspaces,
+        runs_tasks=runs_tasks,
     )
 
 
@@ -164,18 +151,49 @@ def embedded_files(loaded: LoadedConfig) -> tuple[Path, ...]:
 
 
 def service_files(loaded: LoadedConfig) -> tuple[Path, ...]:
-    """The HTTP service's task database (first; with its WAL files), the database of durable
-    runs and the token file: kept from every run's tools, also a CLI run whose workspace holds
-    them."""
+    """The database of tasks and durable runs (when a SQLite file: first, with its WAL files),
+    the task database of an earlier fabric, and the token file: kept from every run's tools,
+    also a CLI run whose workspace holds them."""
     serve = loaded.config.serve
-    files = [(loaded.base_dir / serve.database).resolve()]
-    # the recorded steps of durable runs: a run that wrote them could forge a person's answer
+    files = []
+    # the recorded steps: a run that wrote them could forge a person's answer
     durable = sqlite_path(database_url(serve.durable_database, loaded.base_dir))
     if durable is not None:
         files.append(durable)
+    files.append(old_task_database(loaded))
     return (
         *(f.with_name(f.name + end) for f in files for end in ("", "-wal", "-shm")),
         Path(serve.token_file).expanduser().resolve(),
+    )
+
+
+def old_task_database(loaded: LoadedConfig) -> Path:
+    """Where fabric before ADR 0020's queues kept the service's tasks (``tasks.sqlite3``)."""
+    return (loaded.base_dir / "tasks.sqlite3").resolve()
+
+
+def refuse_old_tasks(loaded: LoadedConfig) -> None:
+    """A ConfigError when the task database of an earlier fabric is there: its tasks are not
+    moved to the queues (their runlogs stay in the runs folder, where `fabric show` and the
+    console find them), and a service must not start as if it had none."""
+    old = old_task_database(loaded)
+    if not old.exists():
+        return
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{old}?mode=ro", uri=True)) as db:
+            counts = dict(db.execute("SELECT status, COUNT(*) FROM tasks GROUP BY status"))
+        held = sum(n for s, n in counts.items() if s in ("queued", "running"))
+        what = f"holds {sum(counts.values())} task(s), {held} of them queued or running"
+    except sqlite3.Error as exc:
+        what = f"cannot be read ({exc})"
+    url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
+    raise ConfigError(
+        f"{old} is the task database of an earlier fabric and {what}; tasks now live in the "
+        f"durable database ({shown(url)}) and are not moved there",
+        hint=f"move it away (mv {old} {old}.old) and start again: every task's runlog stays "
+        "in the runs folder; submit again what was still queued or running",
     )
 
 

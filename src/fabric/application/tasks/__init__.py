@@ -1,10 +1,9 @@
-"""Tasks queued for a later run: the service every queueing way in shares (HTTP today), its
-executor, the approvals its runs wait on, and resuming a task that was cut off."""
+"""Tasks queued for a later run: the service every queueing way in shares (HTTP, workers),
+the approvals its runs wait on, and resuming a task that stopped at its step limit."""
 
 from .approvals import Approvals
 from .errors import Conflict, NotFound, NotResumable, ServiceUnavailable
-from .executor import LocalExecutor, RunTask
-from .ports import Runs
+from .ports import Runs, RunTask
 from .resume import RESUMABLE, requeue
 from .service import TaskService
 
@@ -12,7 +11,6 @@ __all__ = [
     "RESUMABLE",
     "Approvals",
     "Conflict",
-    "LocalExecutor",
     "NotFound",
     "NotResumable",
     "RunTask",

@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from fabric.application.job import Control, RunRequest
 from fabric.domain.models import RunResult
 from fabric.domain.secrets import Secrets
+from fabric.domain.tasks import TaskRecord
+
+RunTask = Callable[[TaskRecord, asyncio.Event], Awaitable[None]]
+"""Runs one task to its end; the event asks it to stop at the next safe point."""
 
 
 class Runs(Protocol):

@@ -59,7 +59,7 @@ async def requeue(service: TaskService[Any], task_id: str, max_steps: int | None
             steps=completed, max_steps=limit,
         )  # fmt: skip
         try:
-            executor.submit(queued)
+            await executor.submit(queued)
         except RuntimeError:  # the executor began shutting down meanwhile: leave it as it was
             await service.store.update(
                 task_id, status=record.status, finished_at=record.finished_at,

@@ -22,8 +22,6 @@ from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.policy import ApprovalAnswer, Scope
 from fabric.domain.tasks import (
     AWAITING_APPROVAL,
-    INTERRUPTED,
-    INTERRUPTED_ERROR,
     QUEUED,
     RUNNING,
     TaskRecord,
@@ -31,8 +29,7 @@ from fabric.domain.tasks import (
 
 from .approvals import Approvals
 from .errors import Conflict, NotFound, ServiceUnavailable
-from .executor import RunTask
-from .ports import DurableTasks, Runs
+from .ports import DurableTasks, Runs, RunTask
 from .watch import Listener, TaskWatch
 
 log = structlog.get_logger("fabric.tasks")
@@ -52,13 +49,13 @@ class TaskService(Generic[R]):
         workspace_roots: list[Path],
         max_task_chars: int,
         executor: Callable[[RunTask], TaskExecutor],
+        durable: DurableTasks,
         clock: Clock = utc_now,
-        durable: DurableTasks | None = None,
     ) -> None:
         """``executor`` makes what runs the submitted tasks, given the function that runs one
-        (this service's ``run``); ``clock`` stamps the records' times; with ``durable``
-        every task is a durable run (``serve.durable``: store, executor and ``durable`` are
-        the DBOS queue), and one a dead process left is continued from its last step."""
+        (this service's ``run``); ``durable`` runs each task as a durable run, so one a dead
+        process left is continued from its last step (store, executor and ``durable`` are the
+        DBOS queues, ADR 0020); ``clock`` stamps the records' times."""
         self.runner = runner
         self.durable = durable
         self.store = store
@@ -100,6 +97,7 @@ class TaskService(Generic[R]):
         workspace: str | None = None,
         max_steps: int | None = None,
         verify: str | None = None,
+        priority: int = 0,
     ) -> TaskRecord:
         """Check a task (as ``fabric run`` would, within the workspace roots, with only the
         pack's own programs as its ``verify``), store it as queued and hand it to the
@@ -132,6 +130,7 @@ class TaskService(Generic[R]):
             status=QUEUED,
             created_at=self.now(),
             verify=verify,
+            priority=priority,
         )
         # The database keeps no secret: the run gets the task as it was sent, the store a
         # redacted copy (which a task still queued when the server stops runs from later).
@@ -140,7 +139,7 @@ class TaskService(Generic[R]):
         except RuntimeError:  # the store closed: shutdown got there first
             raise ServiceUnavailable(_SHUTTING_DOWN) from None
         try:
-            self.executor.submit(record)
+            await self.executor.submit(record)
         except RuntimeError:  # shutdown began while the record was written: take it back
             await self.store.update(
                 record.id, status="cancelled", finished_at=self.now(),
@@ -189,10 +188,21 @@ class TaskService(Generic[R]):
         """Answer a call of the task that waits for approval, recorded as given ``by`` (e.g.
         "http"). ``NotFound``: no such task or call; ``Conflict``: the call does not wait, or
         was answered already."""
-        await self.get(task_id)
-        if self.approvals.answer(task_id, call_id, ApprovalAnswer(approve, by, scope)):
-            return {"task_id": task_id, "call_id": call_id, "approved": approve,
+        record = await self.get(task_id)
+        answered = {"task_id": task_id, "call_id": call_id, "approved": approve,
                     "scope": scope, "by": by}  # fmt: skip
+        if self.approvals.answer(task_id, call_id, ApprovalAnswer(approve, by, scope)):
+            return answered
+        if any(a["call_id"] == call_id for a in await self.asks(record)):  # run elsewhere
+            if await self.store.answer_of(task_id, call_id) is not None:
+                raise Conflict(
+                    f"the call {call_id!r} of task {task_id!r} was answered already",
+                    hint="GET /tasks/{id} shows what still waits for approval",
+                )
+            await self.store.give_answer(task_id, call_id, answered)
+            log.info("task.approval", task_id=task_id, call_id=call_id, approved=approve,
+                     through="database")  # fmt: skip
+            return answered
         logged = self.runner.call_logged
         if await asyncio.to_thread(logged, self.runlog_path(task_id), call_id):
             raise Conflict(
@@ -204,6 +214,14 @@ class TaskService(Generic[R]):
             f"task {task_id!r} has no tool call {call_id!r}",
             hint="use a call_id from the approval_requested event or GET /tasks/{id}",
         )
+
+    async def asks(self, record: TaskRecord) -> list[dict[str, Any]]:
+        """The task's calls waiting for a person: from this process when it runs the task,
+        else as the process that runs it published them."""
+        here = self.approvals.listing(record.id)
+        if here or record.status != AWAITING_APPROVAL:
+            return here
+        return await self.store.asks(record.id)
 
     # --- running -----------------------------------------------------------------------------
 
@@ -219,15 +237,9 @@ class TaskService(Generic[R]):
             approver=self.approvals.for_task(task_id),
             observers=(TaskWatch(self, task_id),),
         )
-        durable = self.durable
-        inside = durable is not None and durable.inside(task_id)
+        # Cancelled (the service stops): the task stays running, to go on where it was.
         try:
-            if runlog.is_file() and not inside:  # resumed (POST /tasks/{id}/resume)
-                events = await asyncio.to_thread(self.runner.read_runlog, runlog)
-                result = await self.runner.resume(
-                    events, runlog, max_steps=record.max_steps, control=control
-                )
-            else:  # new, or (durable) driven again from its recorded steps
+            if self.durable.inside(task_id):  # new, or driven again from its recorded steps
                 request = RunRequest(
                     record.pack,
                     record.task,
@@ -238,14 +250,12 @@ class TaskService(Generic[R]):
                     verify=record.verify,
                     run_id=task_id,
                 )
-                if durable is not None and inside:
-                    result = await durable.run(request, control)
-                else:
-                    result = await self.runner.run(request, control)
-        except asyncio.CancelledError:
-            if not inside:  # a durable task stays running: it is continued where it was
-                await self._finish(task_id, INTERRUPTED, error=INTERRUPTED_ERROR)
-            raise
+                result = await self.durable.run(request, control)
+            else:  # resumed after it ended (POST /tasks/{id}/resume): on in its runlog
+                events = await asyncio.to_thread(self.runner.read_runlog, runlog)
+                result = await self.runner.resume(
+                    events, runlog, max_steps=record.max_steps, control=control
+                )
         except FabricError as exc:
             await self._finish(task_id, "failed", error=exc.as_dict())
         except Exception as exc:  # a bug: the record must still end
@@ -265,16 +275,17 @@ class TaskService(Generic[R]):
         """Record how a task ended, and the model its run used; its payload and error are kept
         without secrets."""
         self.progress.pop(task_id, None)
+        self.approvals.forget(task_id)
         fields.update(self.used.pop(task_id, {}))
         kept = self.runner.secrets.redact_obj(fields)
         await self.store.update(task_id, status=status, finished_at=self.now(), **kept)
         self._wake(task_id)
         log.info("task.finished", task_id=task_id, status=status)
 
-    def waiting_for(self, task_id: str) -> list[str]:
+    async def waiting_for(self, record: TaskRecord) -> list[str]:
         """The tasks a queued task waits for because they use its workspace (running ones,
         then earlier queued ones); empty for any other task."""
-        return self.executor.waiting_for(task_id)
+        return await self.executor.waiting_for(record)
 
     def is_live(self, task_id: str) -> bool:
         """Whether the task is still queued or running here (its runlog may still grow)."""
@@ -288,6 +299,8 @@ class TaskService(Generic[R]):
         elif event["kind"] == "run_started" and event.get("model"):
             self.used[task_id] = _used(event)
             self.store.note(task_id, **self.used[task_id])
+        elif event["kind"] == "approval_requested":
+            self.approvals.expect(task_id, str(event.get("call_id")))
         self._wake(task_id)
 
     def _wake(self, task_id: str) -> None:
@@ -300,7 +313,7 @@ class TaskService(Generic[R]):
         process left is continued from its last recorded step)."""
         interrupted, queued = await self.store.recover()
         for record in queued:
-            self.executor.submit(record)
+            await self.executor.submit(record)
         return [r.id for r in interrupted], [r.id for r in queued]
 
 

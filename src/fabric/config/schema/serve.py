@@ -56,18 +56,9 @@ class ServeSettings(_Strict):
     shutdown_grace: float = Field(
         20.0, ge=0, description="Seconds running tasks get to finish on shutdown."
     )
-    database: str = Field(
-        "tasks.sqlite3", description="The task records (relative to the config's folder)."
-    )
-    durable: bool = Field(
-        False,
-        description="Run every task as a durable run (ADR 0020): each model call, tool call "
-        "and answer is recorded in durable_database, and a task a dead service left is "
-        "continued from its last recorded step when the service starts again.",
-    )
     durable_database: str = Field(
         "durable.sqlite3",
-        description="The recorded steps of durable runs (`fabric run --durable`, ADR 0020): "
-        "a SQLite file relative to the config's folder, or a database URL; "
-        "$FABRIC_DATABASE_URL overrides it.",
+        description="The database of the service's tasks and of every durable run (ADR "
+        "0020): a SQLite file relative to the config's folder (one machine), or a Postgres URL "
+        "(many API nodes and workers); $FABRIC_DATABASE_URL overrides it.",
     )

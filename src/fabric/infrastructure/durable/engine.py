@@ -48,6 +48,11 @@ secrets kept out of the database and the request as it was given (the database h
 redacted; a run continued in another process goes on with that)."""
 
 
+_fallback: dict[str, tuple[RunFn, Control, Secrets, RunRequest | None]] = {}
+"""What drives a run this process dequeues without having asked for it (one another process
+put back on the queue): this process's runner, with nobody to ask (``"run"``)."""
+
+
 class JsonSerializer(Serializer):
     """DBOS's values as JSON: its default, pickle, would make a shared database a way to run
     code in every process that reads it."""
@@ -137,7 +142,7 @@ def _register() -> Any:
     @DBOS.workflow(name=WORKFLOW)
     async def durable_run(request: dict[str, Any]) -> dict[str, Any]:
         run_id = str(request["run_id"])
-        driver = _runs.get(run_id)
+        driver = _runs.get(run_id) or _fallback.get("run")
         if driver is None:
             raise RunError(
                 f"durable run {run_id} was started again by DBOS without a fabric to drive it",
@@ -214,10 +219,11 @@ class DurableRuns:
     async def start(self) -> None:
         await asyncio.to_thread(self._launch, False)
 
-    def start_here(self) -> None:
+    def start_here(self, queues: bool = True) -> None:
         """Launch on the running event loop's thread (blocking it meanwhile): the workflows
-        DBOS dequeues then run on that loop, beside the service's other work."""
-        self._launch(True)
+        DBOS dequeues then run on that loop, beside the service's other work. ``queues``:
+        whether this process takes tasks from the task queues."""
+        self._launch(queues)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._destroy)
@@ -256,9 +262,11 @@ class DurableRuns:
                 hint=f"check serve.durable_database in fabric.yaml or ${ENV_URL}",
             ) from exc
         self._launched = True
+        _fallback["run"] = (self._run, Control(), self._secrets, None)
 
     def _destroy(self) -> None:
         if self._launched:
+            _fallback.clear()
             DBOS.destroy(destroy_registry=False)
             self._launched = False
 
@@ -317,7 +325,11 @@ class DurableRuns:
             )
         _runs[run_id] = (self._run, control, self._secrets, None)
         try:
-            handle = await DBOS.resume_workflow_async(run_id)
+            # DBOS's recovery of a dead executor: back on the queue only if that process
+            # still owns it, so two processes continuing it at once start it once
+            owners = [owner] if owner else []
+            await asyncio.to_thread(lambda: DBOS._recover_pending_workflows(owners))
+            handle: Any = await DBOS.retrieve_workflow_async(run_id)
             return _result(await handle.get_result())
         finally:
             _runs.pop(run_id, None)

@@ -1,17 +1,18 @@
-"""The service's tasks on DBOS queues (ADR 0020): the ``TaskStore`` and the executor of
-``fabric serve`` and ``fabric worker`` when tasks are durable.
+"""The service's tasks on DBOS queues (ADR 0020): the task store, the executor and the
+durable runs of every `fabric serve` and `fabric worker`.
 
 Each task is one DBOS workflow (``fabric.task``) whose id is the task id, enqueued on
 ``fabric.tasks`` (or ``fabric.tasks.<pack>`` for a pack with a global limit), partitioned by
 workspace so that one task at a time runs on a workspace (unless ``share_workspaces``). The
 workflow's row is the task's record: its status says queued, running or ended; its attributes
-hold the record's fields (the task text redacted), kept current by whoever runs it. Any process
-on the database serves any task: status, list and cancel read and write the row; the runlog is
-in the runs folder, which processes on several machines share with the workspaces.
+hold the record's fields (the task text redacted), kept current by whoever runs it, and the
+calls waiting for a person with the answers given to them. Any process on the database serves
+any task: status, list, cancel and approvals read and write the row; the runlog is in the runs
+folder, which processes on several machines share with the workspaces.
 
 Whoever dequeues a task runs it, inside its workflow, as a durable run: each model reply and
 tool result is a recorded step (``DbosCheckpoints``). A task whose process died is put back on
-its queue (``DBOS.resume_workflow``) by any live process: on this machine as soon as the
+its queue by DBOS's own recovery, asked by any live process: on this machine as soon as the
 process is gone, from another machine once its heartbeat is older than ``takeover_after``; the
 process that dequeues it goes on from its last recorded step.
 """
@@ -24,6 +25,7 @@ import contextvars
 import dataclasses
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
@@ -33,11 +35,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import structlog
 from dbos import DBOS
 
-from fabric.application.job import Control, RunRequest
-from fabric.application.tasks.executor import RunTask
+from fabric.application.job import LEFT_FOR_RECOVERY, Control, RunRequest
+from fabric.application.tasks.ports import RunTask
 from fabric.domain.errors import RunError
 from fabric.domain.models import RunResult
-from fabric.domain.tasks import FINAL, QUEUED, RUNNING, TaskRecord
+from fabric.domain.tasks import FINAL, QUEUED, TaskRecord
 
 from .engine import DbosCheckpoints, DurableRuns, owner_alive
 from .where import sqlite_path
@@ -55,6 +57,12 @@ _MARK = "fabric_task"
 """The attribute every task row carries (workflow rows of `fabric run --durable` do not)."""
 _FIELDS = tuple(f.name for f in dataclasses.fields(TaskRecord))
 _PAGE = 200
+_ANSWER = "answer:"
+"""The attribute that carries a person's answer to a call, given through another process."""
+TAKE_OVER_EVERY = 2.0
+"""Seconds between looks for tasks whose process is gone."""
+NOTE_EVERY = 1.0
+"""Seconds between two writes of the running tasks' progress (steps so far, heartbeats)."""
 _host: DbosTasks | None = None
 """The tasks of this process: what a dequeued ``fabric.task`` workflow runs with."""
 
@@ -104,7 +112,8 @@ class DbosTasks:
     """Tasks as DBOS workflows: the service's ``TaskStore``, its ``DurableTasks`` and (through
     ``executor``) its ``TaskExecutor``. ``concurrency``: tasks one process runs at once;
     ``per_pack``: a global limit for each named pack; ``takeover_after``: seconds without a
-    heartbeat after which another machine takes a task over."""
+    heartbeat after which another machine takes a task over; ``runs_tasks``: whether this
+    process takes tasks from the queues (False: an API node only)."""
 
     def __init__(
         self,
@@ -113,6 +122,7 @@ class DbosTasks:
         concurrency: int,
         per_pack: Mapping[str, int],
         share_workspaces: bool,
+        runs_tasks: bool = True,
         poll: float = 0.5,
         takeover_after: float = 60.0,
     ) -> None:
@@ -122,11 +132,16 @@ class DbosTasks:
         self.share_workspaces = share_workspaces
         self.poll = poll
         self.takeover_after = takeover_after
+        self.runs_tasks = runs_tasks
         self._sqlite = sqlite_path(durable.url) is not None
+        self.seen: dict[str, tuple[float, bool]] = {}
+        """Whether a task was live (queued or running, here or elsewhere) when last read,
+        and when that was: what ``DbosExecutor.holds`` answers from."""
         self._added: set[str] = set()
         """Tasks enqueued by ``add`` here, not yet handed to ``submit``."""
         self._executor: DbosExecutor | None = None
         self._notes: dict[str, dict[str, Any]] = {}
+        self._urgent = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
 
@@ -141,13 +156,13 @@ class DbosTasks:
     async def start(self) -> None:
         global _host
         _register()
-        self.durable.start_here()  # on this loop: dequeued workflows run on it
+        self.durable.start_here(self.runs_tasks)  # on this loop: dequeued workflows run on it
         for name in self.queues():
-            pack = name.removeprefix(f"{QUEUE}.") if name != QUEUE else None
+            limit = self.per_pack.get(name.removeprefix(f"{QUEUE}."))  # a pack's own queue
             await DBOS.register_queue_async(
                 name,
-                worker_concurrency=self.concurrency,
-                global_concurrency=None if pack is None else self.per_pack[pack],
+                worker_concurrency=min(self.concurrency, limit or self.concurrency),
+                global_concurrency=limit if name != QUEUE else None,
                 partition_concurrency=None if self.share_workspaces else 1,
                 polling_interval_sec=self.poll,
                 on_conflict="always_update",
@@ -167,11 +182,9 @@ class DbosTasks:
         await self.durable.stop()
 
     async def run(self, request: RunRequest, control: Control) -> RunResult:
-        """Run a task's request: inside its workflow (this process dequeued it) as a durable
-        run of that workflow; otherwise as a durable run of its own."""
-        if request.run_id is not None and self.inside(request.run_id):
-            return await self.durable.drive(request, control, DbosCheckpoints(self.durable.secrets))
-        return await self.durable.run(request, control)
+        """Run a task's request inside its own workflow (this process dequeued it): a durable
+        run whose steps are that workflow's."""
+        return await self.durable.drive(request, control, DbosCheckpoints(self.durable.secrets))
 
     def inside(self, task_id: str) -> bool:
         return DBOS.workflow_id == task_id
@@ -187,7 +200,9 @@ class DbosTasks:
 
     async def get(self, task_id: str) -> TaskRecord | None:
         row = await self._row(task_id)
-        return None if row is None else _record(row)
+        record = None if row is None else _record(row)
+        self.seen[task_id] = (time.monotonic(), record is not None and not record.final)
+        return record
 
     async def update(self, task_id: str, **fields: Any) -> TaskRecord:
         unknown = sorted(set(fields) - set(_FIELDS))
@@ -196,6 +211,8 @@ class DbosTasks:
         row = await self._row(task_id)
         if row is None:
             raise KeyError(f"no task with id {task_id!r}")
+        if fields.get("status") in FINAL:  # its progress notes are out of date
+            self._notes.pop(task_id, None)
         await self._merge(task_id, fields)
         if fields.get("status") in FINAL and row.status == "ENQUEUED":  # it must not start
             await _plain(functools.partial(DBOS.cancel_workflow_async, task_id))
@@ -204,20 +221,41 @@ class DbosTasks:
         return found
 
     def note(self, task_id: str, **fields: Any) -> None:
-        """Fields of a running task other processes show (steps so far, the model used), or
-        a flag (``cancel``); written soon, in the background, the latest value winning."""
+        """Fields of a running task other processes show (steps so far, the model used, the
+        calls waiting for a person), or a heartbeat; written in the background, the latest
+        value winning. Steps and heartbeats are written every ``NOTE_EVERY`` seconds, all
+        tasks' at once (a database write a step would be a cost every step pays); anything
+        else at once."""
         self._notes.setdefault(task_id, {}).update(fields)
+        if not set(fields) <= {"steps", "beat"}:
+            self._urgent.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_notes())
 
     async def _write_notes(self) -> None:
         while self._notes:
-            task_id, fields = next(iter(self._notes.items()))
-            del self._notes[task_id]
-            try:
-                await self._merge(task_id, fields)
-            except Exception as exc:  # a note is best effort: the final update will hold
-                _log.warning("task %s: could not note %s: %s", task_id, sorted(fields), exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._urgent.wait(), NOTE_EVERY)
+            self._urgent.clear()
+            notes, self._notes = self._notes, {}
+            for task_id, fields in notes.items():
+                try:
+                    await self._merge(task_id, fields)
+                except Exception as exc:  # best effort: the task's final update will hold
+                    _log.warning("task %s: could not note %s: %s", task_id, sorted(fields), exc)
+
+    async def asks(self, task_id: str) -> list[dict[str, Any]]:
+        row = await self._row(task_id)
+        found = (row.attributes or {}).get("asks") if row is not None else None
+        return list(found) if isinstance(found, list) else []
+
+    async def answer_of(self, task_id: str, call_id: str) -> dict[str, Any] | None:
+        row = await self._row(task_id)
+        found = (row.attributes or {}).get(_ANSWER + call_id) if row is not None else None
+        return found if isinstance(found, dict) else None
+
+    async def give_answer(self, task_id: str, call_id: str, answer: dict[str, Any]) -> None:
+        await self._merge(task_id, {_ANSWER + call_id: answer})
 
     async def query(
         self,
@@ -256,6 +294,8 @@ class DbosTasks:
             )
             offset += len(rows)
             for row in rows:
+                if not (row.attributes or {}).get(_MARK):  # a resume's row: its task's counts
+                    continue
                 key = (int(row.created_at or 0), row.workflow_id)
                 if bound is not None and (key >= bound if not oldest_first else key <= bound):
                     continue
@@ -292,6 +332,33 @@ class DbosTasks:
         if executor is not None:
             await executor.watch()
 
+    async def busy(self) -> bool:
+        """Whether a task runs or waits here, waits on a queue, or waits to be taken over
+        from a process that is gone (``fabric worker --once`` works until none does)."""
+        executor = self._executor
+        if executor is not None and executor.holding():
+            return True
+        rows = await _plain(
+            functools.partial(
+                DBOS.list_workflows_async,
+                name=TASK_WORKFLOW,
+                status=["ENQUEUED", "PENDING"],
+                load_input=False,
+                load_output=False,
+            )
+        )
+        return any(r.status == "ENQUEUED" or self._gone(r, time.time()) for r in rows)
+
+    def _gone(self, row: Any, now: float) -> bool:
+        """Whether the process that holds a PENDING task is gone: on this machine, no longer
+        alive; elsewhere, silent for ``takeover_after`` seconds."""
+        alive = owner_alive(row.executor_id)
+        if alive is None:  # another machine's: judged by its heartbeat
+            attrs = row.attributes or {}
+            beat = attrs.get("beat") or (row.dequeued_at or row.updated_at or 0) / 1000
+            alive = now - float(beat) < self.takeover_after
+        return not alive
+
     async def take_over(self, now: float) -> list[str]:
         """Put back on their queues the tasks whose process is gone: on this machine, a
         process that no longer lives; elsewhere, one whose heartbeat is ``takeover_after``
@@ -306,16 +373,7 @@ class DbosTasks:
                 load_output=False,
             )
         )
-        dead: set[str] = set()
-        for row in rows:
-            owner = row.executor_id
-            alive = owner_alive(owner)
-            if alive is None:  # another machine's: judged by its heartbeat
-                attrs = row.attributes or {}
-                beat = attrs.get("beat") or (row.dequeued_at or row.updated_at or 0) / 1000
-                alive = now - float(beat) < self.takeover_after
-            if not alive and owner:
-                dead.add(owner)
+        dead = {r.executor_id for r in rows if r.executor_id and self._gone(r, now)}
         if not dead:
             return []
         owners = sorted(dead)
@@ -346,15 +404,67 @@ class DbosTasks:
             lambda: DBOS.update_workflow_attributes(task_id, dict(fields), merge=True),
         )
 
-    async def _enqueue(self, record: TaskRecord) -> None:
+    async def current(self, task_id: str) -> Any:
+        """The latest workflow row of a task: its own, or its latest resume's (None: no such
+        task)."""
+        rows = await _plain(
+            functools.partial(
+                DBOS.list_workflows_async,
+                workflow_id_prefix=task_id,
+                load_input=False,
+                load_output=False,
+            )
+        )
+        mine = [r for r in rows if r.workflow_id == task_id or _attempt_of(r) == task_id]
+        return max(mine, key=lambda r: r.created_at or 0, default=None)
+
+    async def live(self) -> list[TaskRecord]:
+        """The tasks queued or running, in any process."""
+        rows = await _plain(
+            functools.partial(
+                DBOS.list_workflows_async,
+                name=TASK_WORKFLOW,
+                status=["ENQUEUED", "PENDING"],
+                load_input=False,
+                load_output=False,
+            )
+        )
+        records = []
+        for row in rows:
+            if (row.attributes or {}).get(_MARK):
+                records.append(_record(row))
+            else:
+                resumed = await self.get(_attempt_of(row) or "")
+                if resumed is not None:
+                    records.append(resumed)
+        return records
+
+    async def _enqueue_attempt(self, record: TaskRecord) -> None:
+        """Queue a task that was resumed after its workflow ended, as a new attempt."""
+        rows = await _plain(
+            functools.partial(
+                DBOS.list_workflows_async,
+                workflow_id_prefix=f"{record.id}.r",
+                load_input=False,
+                load_output=False,
+            )
+        )
+        number = 1 + sum(1 for r in rows if _attempt_of(r) == record.id)
+        await self._enqueue(record, f"{record.id}.r{number}", {"attempt_of": record.id})
+
+    async def _enqueue(
+        self, record: TaskRecord, workflow_id: str | None = None, attributes: Any = None
+    ) -> None:
         options: dict[str, Any] = {
             "workflow_name": TASK_WORKFLOW,
             "queue_name": queue_of(record.pack, self.per_pack),
-            "workflow_id": record.id,
+            "workflow_id": workflow_id or record.id,
             "workflow_id_reuse_policy": "reject",
             "app_version": self.durable.version,
-            "attributes": {_MARK: True, **dataclasses.asdict(record)},
+            "attributes": attributes or {_MARK: True, **dataclasses.asdict(record)},
         }
+        if record.priority > 0:  # DBOS's default, 0, starts before every number it takes
+            options["priority"] = record.priority
         if not self.share_workspaces:
             options["queue_partition_key"] = str(Path(record.workspace).resolve())
         enqueue = DBOS.enqueue_workflow_with_options_async
@@ -362,9 +472,13 @@ class DbosTasks:
 
 
 class DbosExecutor:
-    """The ``TaskExecutor`` of ``DbosTasks``: ``submit`` enqueues; DBOS dequeues each task in
-    some process (this one or another), whose workflow calls ``drive``. A task resumed after
-    it ended (``POST /tasks/{id}/resume``: its workflow is over) runs here, not durably."""
+    """The ``TaskExecutor`` of ``DbosTasks``: ``submit`` enqueues (a new task as its own
+    workflow; a resumed one as a new attempt, ``<id>.r<n>``, whose run goes on in the task's
+    runlog); DBOS dequeues each in some process (this one or another), whose workflow calls
+    ``drive``. A dequeued task whose workspace is, contains or lies inside the workspace of a
+    task running here, or of one dequeued here before it, waits here (still ``queued``) until
+    that one ends: the queue's partitions keep tasks on the very same folder apart across
+    processes; this keeps nested folders apart within one."""
 
     def __init__(self, tasks: DbosTasks, run: RunTask) -> None:
         self.tasks = tasks
@@ -372,73 +486,126 @@ class DbosExecutor:
         self._accepting = True
         self._given: dict[str, TaskRecord] = {}
         """Tasks submitted here, as given (the database holds them redacted)."""
-        self._running: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
-        self._seen: dict[str, tuple[float, bool]] = {}
-        """Whether a task run elsewhere was live, and when that was read."""
+        self._running: dict[str, _Held] = {}
+        self._waiting: list[_Held] = []
+        """Tasks dequeued here that wait for a workspace, in the order they came."""
         self._stopping: asyncio.Future[list[str]] | None = None
-        self._looks: set[asyncio.Future[None]] = set()
+        self._looks: set[asyncio.Future[TaskRecord | None]] = set()
 
     @property
     def accepting(self) -> bool:
         return self._accepting
 
-    def submit(self, record: TaskRecord) -> None:
+    async def submit(self, record: TaskRecord) -> None:
         if not self._accepting:
             raise RuntimeError("the executor is shutting down")
-        if record.id in self.tasks._added:  # enqueued: run by whoever dequeues it
+        self.tasks.seen[record.id] = (time.monotonic(), True)
+        self._given[record.id] = record  # (before its workflow can start here)
+        if record.id in self.tasks._added:  # enqueued by add: whoever dequeues it runs it
             self.tasks._added.discard(record.id)
-            self._given[record.id] = record  # (before the workflow can start here)
             return
-        self._start(record, self.run)  # a task resumed after its workflow ended: here
-
-    def _start(self, record: TaskRecord, run: RunTask) -> asyncio.Task[None]:
-        cancel = asyncio.Event()
-        job = asyncio.ensure_future(run(record, cancel))
-        self._running[record.id] = (cancel, job)
-        job.add_done_callback(lambda _: self._running.pop(record.id, None))
-        return job
+        await self.tasks._enqueue_attempt(record)
 
     async def drive(self, task_id: str) -> None:
+        """Run a dequeued task here: wait for its workspace, run it, return when it ended
+        (or was cancelled while it waited)."""
         if not self._accepting:  # stopping: leave it to whoever takes it over
             await asyncio.Event().wait()
         record = self._given.pop(task_id, None) or await self.tasks.get(task_id)
         if record is None:
             raise RunError(f"task {task_id} has no record")
-        await self._start(record, self.run)
+        held = _Held(record, Path(os.path.realpath(record.workspace)), asyncio.Event())
+        self._waiting.append(held)
+        self._waiting.sort(key=lambda h: (h.record.created_at, h.record.id))
+        self._dispatch()
+        await held.ready.wait()
+        if held.cancelled:
+            return
+        held.job = asyncio.ensure_future(self.run(record, held.cancel))
+        try:
+            await held.job
+        except asyncio.CancelledError:
+            if self._accepting:
+                raise
+            # cut off by a shutdown: the task stays PENDING, for a restart or another
+            # process to go on with once this one is gone
+            await asyncio.Event().wait()
+        finally:
+            self._running.pop(task_id, None)
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        taken = [] if self.tasks.share_workspaces else [h.folder for h in self._running.values()]
+        for held in list(self._waiting):
+            if _overlaps(held.folder, taken):
+                taken.append(held.folder)  # later tasks on it wait behind this one
+                continue
+            self._waiting.remove(held)
+            if not self.tasks.share_workspaces:
+                taken.append(held.folder)
+            self._running[held.record.id] = held
+            held.ready.set()
+
+    def holding(self) -> bool:
+        """Whether a task runs or waits for its workspace here."""
+        return bool(self._running or self._waiting)
 
     def holds(self, task_id: str) -> bool:
-        if task_id in self._running:
+        """Held here, or live when last read (``get``); a stale answer is read again in
+        the background, so a follower's next question gets the news."""
+        if task_id in self._running or any(h.record.id == task_id for h in self._waiting):
             return True
-        seen = self._seen.get(task_id)
-        if seen is None or time.monotonic() - seen[0] > self.tasks.poll:
-            self._seen[task_id] = (time.monotonic(), True if seen is None else seen[1])
-            look = asyncio.ensure_future(self._look(task_id))
+        if not self._accepting:  # stopping: this process writes no more of any runlog
+            return False
+        seen = self.tasks.seen.get(task_id)
+        if seen is None:
+            return False
+        if time.monotonic() - seen[0] > self.tasks.poll:
+            self.tasks.seen[task_id] = (time.monotonic(), seen[1])
+            look = asyncio.ensure_future(self.tasks.get(task_id))
             self._looks.add(look)
             look.add_done_callback(self._looks.discard)
-        return self._seen[task_id][1]
-
-    async def _look(self, task_id: str) -> None:
-        record = await self.tasks.get(task_id)
-        self._seen[task_id] = (time.monotonic(), record is not None and not record.final)
+        return seen[1]
 
     async def cancel(self, task_id: str) -> str | None:
         running = self._running.get(task_id)
         if running is not None:
-            running[0].set()
+            running.cancel.set()
             return "signalled"
-        row = await self.tasks._row(task_id)
+        for held in self._waiting:
+            if held.record.id == task_id:  # dequeued here, waiting for its workspace
+                self._waiting.remove(held)
+                held.cancelled = True
+                held.ready.set()
+                self._dispatch()
+                return "dequeued"
+        row = await self.tasks.current(task_id)
         if row is None:
             return None
         if row.status == "ENQUEUED":
-            await _plain(functools.partial(DBOS.cancel_workflow_async, task_id))
+            await _plain(functools.partial(DBOS.cancel_workflow_async, row.workflow_id))
             return "dequeued"
-        if row.status == "PENDING":  # running elsewhere: its process stops it
+        if row.status == "PENDING":  # held by another process: it stops it
             await self.tasks._merge(task_id, {"cancel": True})
             return "signalled"
         return None
 
-    def waiting_for(self, task_id: str) -> list[str]:
-        return []
+    async def waiting_for(self, record: TaskRecord) -> list[str]:
+        """From the database, so for tasks held by any process: the running tasks whose
+        workspace is, holds or lies in this one's, then the earlier queued ones."""
+        if self.tasks.share_workspaces:
+            return []
+        folder = Path(os.path.realpath(record.workspace))
+        running: list[str] = []
+        earlier: list[str] = []
+        for other in await self.tasks.live():
+            if other.id == record.id or not _overlaps(folder, [Path(other.workspace)]):
+                continue
+            if other.status != QUEUED:
+                running.append(other.id)
+            elif (other.created_at, other.id) < (record.created_at, record.id):
+                earlier.append(other.id)
+        return running + earlier
 
     async def shutdown(self, grace: float) -> list[str]:
         self._accepting = False
@@ -447,27 +614,31 @@ class DbosExecutor:
         return await asyncio.shield(self._stopping)
 
     async def _shutdown(self, grace: float) -> list[str]:
-        jobs = {job: task_id for task_id, (_, job) in self._running.items()}
+        jobs = {h.job: task_id for task_id, h in self._running.items() if h.job is not None}
         if not jobs:
             return []
         _done, pending = await asyncio.wait(jobs, timeout=grace)
         for job in pending:  # left PENDING: a restart or another process goes on with it
-            job.cancel()
+            job.cancel(LEFT_FOR_RECOVERY)
         for job in pending:
             with contextlib.suppress(BaseException):
                 await job
-        return [jobs[job] for job in pending]
+        cut = [jobs[job] for job in pending]
+        for task_id in cut:  # its followers stop here: its runlog goes on elsewhere
+            self._running.pop(task_id, None)
+        return cut
 
     # -- watching -------------------------------------------------------------------------
 
     async def watch(self) -> None:
-        """Every ``poll`` seconds: stop the runs here whose task was cancelled elsewhere, beat
-        their heart, and put back on its queue a task whose process is gone."""
-        beat = 0.0
+        """Every ``poll`` seconds: stop the runs here whose task was cancelled elsewhere; every
+        ``TAKE_OVER_EVERY`` seconds put back on its queue a task whose process is gone; every
+        quarter of ``takeover_after`` beat the heart of the tasks here."""
+        beat = looked = 0.0
         while True:
             await asyncio.sleep(self.tasks.poll)
             try:
-                ids = list(self._running)
+                ids = [*self._running, *(h.record.id for h in self._waiting)]
                 if ids:
                     rows = await _plain(
                         functools.partial(
@@ -480,20 +651,42 @@ class DbosExecutor:
                     for row in rows:
                         attrs = row.attributes or {}
                         if attrs.get("cancel") or row.status == "CANCELLED":
-                            running = self._running.get(row.workflow_id)
-                            if running is not None:
-                                running[0].set()
+                            await self.cancel(row.workflow_id)
                 now = time.time()
                 if now - beat >= self.tasks.takeover_after / 4:
                     beat = now
                     for task_id in ids:
                         self.tasks.note(task_id, beat=now)
-                    if self._accepting:
-                        await self.tasks.take_over(now)
+                if now - looked >= TAKE_OVER_EVERY and self._accepting:
+                    looked = now
+                    await self.tasks.take_over(now)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database may be away for a while: go on
                 _log.warning("fabric task watcher: %s", exc)
+
+
+def _attempt_of(row: Any) -> str | None:
+    """The task a resume's workflow row runs (None for a task's own row)."""
+    found = (row.attributes or {}).get("attempt_of")
+    return None if found is None else str(found)
+
+
+@dataclasses.dataclass(eq=False)
+class _Held:
+    """A task dequeued here: waiting for its workspace, then running."""
+
+    record: TaskRecord
+    folder: Path
+    ready: asyncio.Event
+    cancel: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    cancelled: bool = False
+    job: asyncio.Future[None] | None = None
+
+
+def _overlaps(folder: Path, others: Sequence[Path]) -> bool:
+    """Whether ``folder`` is one of ``others``, or lies inside or holds one of them."""
+    return any(folder.is_relative_to(o) or o.is_relative_to(folder) for o in others)
 
 
 def _record(row: Any) -> TaskRecord:
@@ -507,8 +700,6 @@ def _record(row: Any) -> TaskRecord:
         return record
     if state == "ENQUEUED":
         return dataclasses.replace(record, status=QUEUED)
-    if state == "PENDING" and record.status == QUEUED:
-        return dataclasses.replace(record, status=RUNNING, started_at=_iso(row.dequeued_at))
     if state == "CANCELLED":
         return dataclasses.replace(
             record,

@@ -141,13 +141,20 @@ def serve(
     port: Annotated[
         int | None, typer.Option("--port", help="Port (default: serve.port).", min=0, max=65535)
     ] = None,
+    api_only: Annotated[
+        bool,
+        typer.Option(
+            "--api-only",
+            help="Run no task here: leave them to `fabric worker` processes on the database.",
+        ),
+    ] = False,
 ) -> None:
     """Run the HTTP task service (POST /tasks, live events, results)."""
     from .serve import run_service
 
     loaded = load(config, False)
     try:
-        run_service(loaded, host=host, port=port)
+        run_service(loaded, host=host, port=port, runs_tasks=not api_only)
     except FabricError as exc:
         fail(exc, as_json=False, code=2)
 

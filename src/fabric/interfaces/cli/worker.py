@@ -1,17 +1,18 @@
-"""``fabric worker``: the process that takes over durable runs (ADR 0020) whose process died on
-this machine, and drives each to its end from its last recorded step.
+"""``fabric worker``: a process that runs the service's tasks from the queues of the database
+(ADR 0020), beside or instead of ``fabric serve``, on this machine or on others sharing a
+Postgres database (and the workspaces and runs folder).
 
-It prints the database it works on, then looks for such runs every ``--every`` seconds (with
-``--once``: looks once, finishes what it found and exits). Nobody is there to answer a
-policy's ask or a cut-off call of a tool that is not safe to repeat: those are refused, and
-the run goes on without them. Queued tasks of many API nodes come with the service's move to
-DBOS (issue 16)."""
+It prints the database and the queues it takes tasks from, then runs tasks as DBOS hands them
+out, up to ``serve.concurrency`` at once (``--concurrency``); it also takes over the durable
+runs of `fabric run --durable` whose process died on this machine. A task or run whose process
+died is continued from its last recorded step by whichever process takes it. Nobody is there
+to answer a policy's ask: a task's call waits for an answer over the API (from any API node)
+until the policy's timeout; a taken-over CLI run's is refused. ``--once``: works until no task
+waits and none runs here, then exits."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,43 +22,67 @@ from .options import ConfigOpt
 from .startup import load, say, settle
 
 if TYPE_CHECKING:
-    from fabric.infrastructure.durable.engine import DurableRuns
+    from fabric.application.tasks import TaskService
+    from fabric.infrastructure.durable.tasks import DbosTasks
+    from fabric.interfaces.runner import Runner
 
 
 def worker(
     config: ConfigOpt = None,
     once: Annotated[
-        bool, typer.Option("--once", help="Look once, finish what was found, and exit.")
+        bool,
+        typer.Option("--once", help="Work until no task waits and none runs here, then exit."),
     ] = False,
     every: Annotated[
-        float, typer.Option("--every", help="Seconds between looks for unfinished runs.", min=0.1)
+        float,
+        typer.Option("--every", help="Seconds between looks for dead processes' runs.", min=0.1),
     ] = 5.0,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", help="Runs at once (default: serve.concurrency).", min=1),
+        typer.Option("--concurrency", help="Tasks at once (default: serve.concurrency).", min=1),
     ] = None,
 ) -> None:
-    """Take over durable runs whose process died on this machine and drive them to their end
-    (`fabric run --durable`, `serve.durable`); stop with Ctrl-C or SIGTERM."""
+    """Run the service's tasks from the database's queues, and take over durable runs whose
+    process died on this machine; stop with Ctrl-C or SIGTERM."""
     import asyncio
+    import dataclasses
+    import signal
 
     from fabric.domain.errors import FabricError
-    from fabric.interfaces.compose import build_runner, durable_runs
+    from fabric.interfaces.compose import build_service
 
+    from .json_logs import configure_logging
     from .startup import fail
 
     loaded = load(config, False)
-    runner = build_runner(loaded, on_status=say)
-    durable = durable_runs(loaded, runner)
-    limit = concurrency or loaded.config.serve.concurrency
+    if concurrency is not None:
+        serve = loaded.config.serve.model_copy(update={"concurrency": concurrency})
+        loaded = dataclasses.replace(
+            loaded, config=loaded.config.model_copy(update={"serve": serve})
+        )
+    settings = loaded.config.serve
+    try:
+        service = build_service(loaded, token=_token(settings.token_env, settings.token_file))
+    except FabricError as exc:
+        fail(exc, as_json=False, code=2)
+    tasks: DbosTasks = service.durable  # type: ignore[assignment]
+    configure_logging(service.runner.secrets)  # what happens to tasks: JSON lines on stderr
 
     async def work() -> int:
-        async with durable, _one_worker(durable.url):
-            say(f"fabric worker: durable runs in {durable.where()}; up to {limit} at once")
-            try:
-                return await _serve(durable, once=once, every=every, limit=limit)
-            finally:
-                await runner.aclose()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        await tasks.start()
+        try:
+            say(
+                f"fabric worker: tasks from queue {', '.join(tasks.queues())} in "
+                f"{tasks.where()}; up to {settings.concurrency} at once"
+            )
+            return await _serve(service, tasks, once=once, every=every, stop=stop)
+        finally:
+            await service.executor.shutdown(settings.shutdown_grace)
+            await service.runner.aclose()
+            await tasks.stop()
 
     settle()
     try:
@@ -65,65 +90,61 @@ def worker(
     except FabricError as exc:
         fail(exc, as_json=False, code=2)
     except KeyboardInterrupt:
-        say("fabric worker: stopped")
         failed = 0
+    say("fabric worker: stopped")
     raise typer.Exit(1 if failed else 0)
 
 
-@contextlib.asynccontextmanager
-async def _one_worker(url: str) -> AsyncIterator[None]:
-    """One worker per database on a machine: two would both take over the same run."""
-    import fcntl
-    import hashlib
-    import tempfile
+def _token(env_name: str, token_file: str) -> str:
+    """The service's API token when there is one (a secret, kept out of runlogs); a worker
+    never makes one."""
+    from fabric.interfaces.tokens import load_or_create_token
 
-    from fabric.domain.errors import ConfigError
-
-    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"fabric-worker-{os.getuid()}-{digest}.lock"
-    with path.open("a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ConfigError(
-                "another fabric worker already works on this database on this machine",
-                hint="one worker per machine takes over every unfinished run; stop the other "
-                "one first",
-            ) from None
-        yield
+    path = Path(token_file).expanduser()
+    if os.environ.get(env_name, "").strip() or path.exists():
+        return load_or_create_token(env=os.environ, env_name=env_name, path=path)[0]
+    return ""
 
 
-async def _serve(durable: DurableRuns, *, once: bool, every: float, limit: int) -> int:
-    """Continue unfinished runs as they are found; the number whose drive failed."""
+async def _serve(
+    service: TaskService[Runner], tasks: DbosTasks, *, once: bool, every: float, stop: object
+) -> int:
+    """Take over dead processes' CLI runs every ``every`` seconds while DBOS hands out tasks;
+    the number of runs whose drive failed."""
     import asyncio
+    import contextlib
 
     from fabric.application.job import Control
     from fabric.domain.errors import FabricError
 
-    gate = asyncio.Semaphore(limit)
+    assert isinstance(stop, asyncio.Event)
+    durable = tasks.durable
     driving: dict[str, asyncio.Task[None]] = {}
     failed = 0
+    idle = True
 
     async def drive(run_id: str) -> None:
         nonlocal failed
-        async with gate:
-            say(f"continuing durable run {run_id} from its last recorded step")
-            try:
-                result = await durable.continue_run(run_id, Control())
-            except FabricError as exc:
-                failed += 1
-                say(f"durable run {run_id} could not be continued: {exc.message}")
-                return
-            say(f"durable run {run_id} ended {result.status.value} after {result.steps} step(s)")
+        say(f"continuing durable run {run_id} from its last recorded step")
+        try:
+            result = await durable.continue_run(run_id, Control())
+        except FabricError as exc:
+            failed += 1
+            say(f"durable run {run_id} could not be continued: {exc.message}")
+            return
+        say(f"durable run {run_id} ended {result.status.value} after {result.steps} step(s)")
 
-    while True:
+    while not stop.is_set():
         for run_id in await durable.orphans():
             if run_id not in driving:
                 driving[run_id] = asyncio.create_task(drive(run_id))
-        if once:
-            await asyncio.gather(*driving.values())
-            if not driving:
-                say("no unfinished durable run to take over")
-            return failed
-        await asyncio.sleep(every)
         driving = {k: t for k, t in driving.items() if not t.done()}
+        busy = bool(driving) or await tasks.busy()
+        idle = idle and not busy
+        if once and not busy:
+            if idle:
+                say("nothing to do: no task waits, no unfinished durable run to take over")
+            return failed
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=min(every, 0.2) if once else every)
+    return failed

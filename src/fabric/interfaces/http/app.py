@@ -50,13 +50,19 @@ BY_HTTP = "http"
 
 
 def create_app(
-    loaded: LoadedConfig, *, token: str, runs_poll: float = 1.0, **overrides: Any
+    loaded: LoadedConfig,
+    *,
+    token: str,
+    runs_poll: float = 1.0,
+    runs_tasks: bool = True,
+    **overrides: Any,
 ) -> FastAPI:
     """The ASGI app for one config; nothing runs until the app starts (lifespan).
-    ``runs_poll``: seconds between looks at the runs folder for ``GET /runs/stream``.
-    ``overrides`` go to ``build_service`` (e.g. ``store``, ``clock``, ``chat_factory``)."""
+    ``runs_poll``: seconds between looks at the runs folder for ``GET /runs/stream``;
+    ``runs_tasks``: whether this process runs tasks (False: an API node only).
+    ``overrides`` go to ``build_service`` (e.g. ``clock``, ``chat_factory``)."""
     settings = loaded.config.serve
-    service = build_service(loaded, token=token, **overrides)
+    service = build_service(loaded, token=token, runs_tasks=runs_tasks, **overrides)
     runner, store = service.runner, service.store
     secrets = runner.secrets  # never in a response, a runlog or an artifact
     index = RunIndex(runner.runs_dir)
@@ -100,12 +106,11 @@ def create_app(
 
         mcp_sessions = mount_mcp(app, runner, service.roots, settings.cors_origins)
 
-    def shown(record: TaskRecord) -> dict[str, Any]:
+    async def shown(record: TaskRecord) -> dict[str, Any]:
         """The task document: the record, the calls it waits to have approved, and the tasks
         it waits for because they use its workspace."""
-        return task_json(
-            record, service.approvals.listing(record.id), service.waiting_for(record.id)
-        )
+        waiting = await service.waiting_for(record) if record.status == QUEUED else []
+        return task_json(record, await service.asks(record), waiting)
 
     @app.exception_handler(FabricError)
     async def fabric_error(_: Request, exc: FabricError) -> JSONResponse:
@@ -133,7 +138,7 @@ def create_app(
     @app.post("/tasks", status_code=202, summary="Submit a task")
     async def submit(body: TaskIn) -> dict[str, Any]:
         record = await service.submit(**body.model_dump())
-        return shown(record)
+        return await shown(record)
 
     @app.get("/tasks", summary="List tasks, newest first")
     async def list_tasks(
@@ -148,7 +153,7 @@ def create_app(
             )
         records = await store.query(status=status, pack=pack, limit=limit, before=before)
         nxt = records[-1].id if len(records) == limit else None
-        return {"tasks": [shown(service.live(r)) for r in records], "next": nxt}
+        return {"tasks": [await shown(service.live(r)) for r in records], "next": nxt}
 
     @app.get(
         "/tasks/{task_id}",
@@ -159,7 +164,7 @@ def create_app(
         "they came, unless serve.share_workspaces is set.",
     )
     async def get_task(task_id: str) -> dict[str, Any]:
-        return shown(await service.get(task_id))
+        return await shown(await service.get(task_id))
 
     @app.post(
         "/tasks/{task_id}/approvals/{call_id}",
@@ -181,7 +186,7 @@ def create_app(
 
     @app.post("/tasks/{task_id}/cancel", status_code=202, summary="Cancel a task")
     async def cancel(task_id: str) -> dict[str, Any]:
-        return shown(await service.cancel(task_id))
+        return await shown(await service.cancel(task_id))
 
     @app.post(
         "/tasks/{task_id}/resume",
@@ -198,7 +203,7 @@ def create_app(
     )
     async def resume(task_id: str, body: ResumeIn | None = None) -> dict[str, Any]:
         max_steps = body.max_steps if body is not None else None
-        return shown(await requeue(service, task_id, max_steps))
+        return await shown(await requeue(service, task_id, max_steps))
 
     @app.get(
         "/tasks/{task_id}/runlog",
@@ -232,7 +237,7 @@ def create_app(
         async def stream() -> AsyncIterator[bytes]:
             try:
                 if record.status == QUEUED:  # a comment: clients see it, SSE readers skip it
-                    yield sse_comment(queued_note(service.waiting_for(task_id)))
+                    yield sse_comment(queued_note(await service.waiting_for(record)))
                 # The stream ends when the task is no longer queued or running here, not at a
                 # run_finished: a resumed task's log ends with the old one until it goes on.
                 # Last-Event-ID is only a seq: the client may have seen there the end that a

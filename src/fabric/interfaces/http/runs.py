@@ -80,7 +80,8 @@ def runs_router(view: RunsView, *, poll: float = 1.0) -> APIRouter:
         task = None
         if record is not None:
             live = service.live(record)
-            task = task_json(live, service.approvals.listing(run_id), service.waiting_for(run_id))
+            waiting = await service.waiting_for(live) if live.status == QUEUED else []
+            task = task_json(live, await service.asks(live), waiting)
         return {"summary": summary, "started": started, "task": task}
 
     @router.get(
@@ -107,7 +108,7 @@ def runs_router(view: RunsView, *, poll: float = 1.0) -> APIRouter:
             return StreamingResponse(
                 events, media_type="text/event-stream", headers=_STREAM_HEADERS
             )
-        waiting = service.waiting_for(run_id) if record.status == QUEUED else None
+        waiting = await service.waiting_for(record) if record.status == QUEUED else None
         return StreamingResponse(
             _follow_task(run_id, after, waiting), media_type="text/event-stream",
             headers=_STREAM_HEADERS,

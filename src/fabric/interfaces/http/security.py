@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any
 
 from fabric.domain.errors import ConfigError
+from fabric.interfaces.tokens import check_token
 
 from .console.session import CSRF_HINT, CSRF_MESSAGE, ConsoleSessions, check_cookie_request
-from .tokens import check_token
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -41,6 +41,9 @@ class ResumeIn(BaseModel):
     )
 
 
+MAX_PRIORITY = 1000
+
+
 class TaskIn(BaseModel):
     """A task to run."""
 
@@ -67,6 +70,14 @@ class TaskIn(BaseModel):
         description="Check the work with this command (run confined in the workspace) before "
         "the task may end completed, instead of the pack's verify.command; 'off': no command "
         "check. The task ends 'unverified' when its work keeps failing the check.",
+    )
+    priority: int = Field(
+        0,
+        ge=0,
+        le=MAX_PRIORITY,
+        description="Its place in the queue: a task with a lower number starts before one "
+        "with a higher number that waits with it; the same number, in the order they came. "
+        "0 (the default) starts first.",
     )
 
 

@@ -589,6 +589,7 @@ async function runView(view, [runId]) {
         return;
       }
       if (event.kind === "run_resumed") summary = { ...summary, status: "running" };
+      if (event.kind === "run_started" && summary.status === "queued") summary = { ...summary, status: "running" };
       if (event.kind === "run_finished") summary = { ...summary, status: asText(event.status), steps: event.steps };
       queued.push(event);
       if (queued.length === 1) setTimeout(flush, 30);  // a burst (a finished run's 10,000) at once
