@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
+import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,13 +23,16 @@ from postgres import throwaway_postgres
 from support import assert_valid_runlog, kinds, read_events
 from test_service import (
     GUARD,
+    TOKEN,
     Service,
+    free_port,
     gated,
     project,
     sse,
     step_of,
     task_of,
     wait_until,
+    writer_then_finish,
 )
 
 from fabric.testing import MockOpenAIServer
@@ -237,3 +244,33 @@ def _durable_service_crash(tmp_path: Path, env: dict[str, str]) -> None:
     assert recovered["task_id"] == running
     with Service(config, env=env) as third_life:  # the task's state lives in the database
         assert third_life.client.get(f"/tasks/{running}").json()["status"] == done["status"]
+
+
+def test_an_older_fabrics_task_database_is_refused_with_what_it_holds(tmp_path: Path) -> None:
+    """Tasks now live in the durable database: `fabric serve` (and `fabric worker`) will not
+    start beside the task database of an earlier fabric as if it had no tasks; it says what
+    the file holds and what to do, and starts once the file is moved away."""
+    with MockOpenAIServer(writer_then_finish, models=["m"]) as model:
+        config = project(tmp_path, model.base_url)
+        old = tmp_path / "tasks.sqlite3"
+        with contextlib.closing(sqlite3.connect(old)) as db, db:
+            db.execute("CREATE TABLE tasks (id TEXT, status TEXT)")
+            db.executemany(
+                "INSERT INTO tasks VALUES (?, ?)",
+                [("a", "completed"), ("b", "queued"), ("c", "running")],
+            )
+        for command in ("serve", "worker"):
+            refused = subprocess.run(
+                [sys.executable, "-m", "fabric", command, "--config", str(config),
+                 *(["--port", str(free_port())] if command == "serve" else ["--once"])],
+                env={**os.environ, "FABRIC_API_TOKEN": TOKEN}, capture_output=True,
+                text=True, timeout=GUARD, check=False,
+            )  # fmt: skip
+            assert refused.returncode == 2, refused.stderr
+            assert f"{old.resolve()} is the task database of an earlier fabric" in refused.stderr
+            assert "holds 3 task(s), 2 of them queued or running" in refused.stderr
+            assert f"mv {old.resolve()} {old.resolve()}.old" in refused.stderr
+        old.rename(tmp_path / "tasks.sqlite3.old")
+        with Service(config) as service:
+            task_id = service.submit()
+            assert service.wait_final(task_id)["status"] == "completed_unconfirmed"
