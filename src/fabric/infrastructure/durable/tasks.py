@@ -102,6 +102,15 @@ def _outside(call: Callable[[], _T]) -> _T:
     return contextvars.Context().run(call)
 
 
+async def _rows(**filters: Any) -> list[Any]:
+    """The workflow rows ``filters`` pick (``DBOS.list_workflows``), without their inputs and
+    outputs (a task's record is in its attributes), read outside any workflow."""
+    read = functools.partial(
+        DBOS.list_workflows_async, load_input=False, load_output=False, **filters
+    )
+    return await _plain(read)
+
+
 async def _plain(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
     """The coroutine ``make()`` run in a fresh context (see ``_outside``): the task store's
     reads and writes are never steps of the workflow they are made from."""
@@ -280,17 +289,12 @@ class DbosTasks:
         found: list[TaskRecord] = []
         offset = 0
         while len(found) < limit:
-            rows = await _plain(
-                functools.partial(
-                    DBOS.list_workflows_async,
-                    name=TASK_WORKFLOW,
-                    attributes=by_pack,
-                    sort_desc=not oldest_first,
-                    limit=_PAGE,
-                    offset=offset,
-                    load_input=False,
-                    load_output=False,
-                )
+            rows = await _rows(
+                name=TASK_WORKFLOW,
+                attributes=by_pack,
+                sort_desc=not oldest_first,
+                limit=_PAGE,
+                offset=offset,
             )
             offset += len(rows)
             for row in rows:
@@ -338,15 +342,7 @@ class DbosTasks:
         executor = self._executor
         if executor is not None and executor.holding():
             return True
-        rows = await _plain(
-            functools.partial(
-                DBOS.list_workflows_async,
-                name=TASK_WORKFLOW,
-                status=["ENQUEUED", "PENDING"],
-                load_input=False,
-                load_output=False,
-            )
-        )
+        rows = await _rows(name=TASK_WORKFLOW, status=["ENQUEUED", "PENDING"])
         return any(r.status == "ENQUEUED" or self._gone(r, time.time()) for r in rows)
 
     def _gone(self, row: Any, now: float) -> bool:
@@ -364,15 +360,7 @@ class DbosTasks:
         process that no longer lives; elsewhere, one whose heartbeat is ``takeover_after``
         seconds old. DBOS re-enqueues only rows still owned by that process, so two
         processes taking over at once start nothing twice."""
-        rows = await _plain(
-            functools.partial(
-                DBOS.list_workflows_async,
-                name=TASK_WORKFLOW,
-                status="PENDING",
-                load_input=False,
-                load_output=False,
-            )
-        )
+        rows = await _rows(name=TASK_WORKFLOW, status="PENDING")
         dead = {r.executor_id for r in rows if r.executor_id and self._gone(r, now)}
         if not dead:
             return []
@@ -386,14 +374,7 @@ class DbosTasks:
     # -- rows -----------------------------------------------------------------------------
 
     async def _row(self, task_id: str) -> Any:
-        rows = await _plain(
-            functools.partial(
-                DBOS.list_workflows_async,
-                workflow_ids=[task_id],
-                load_input=False,
-                load_output=False,
-            )
-        )
+        rows = await _rows(workflow_ids=[task_id])
         if not rows or not (rows[0].attributes or {}).get(_MARK):
             return None
         return rows[0]
@@ -407,28 +388,13 @@ class DbosTasks:
     async def current(self, task_id: str) -> Any:
         """The latest workflow row of a task: its own, or its latest resume's (None: no such
         task)."""
-        rows = await _plain(
-            functools.partial(
-                DBOS.list_workflows_async,
-                workflow_id_prefix=task_id,
-                load_input=False,
-                load_output=False,
-            )
-        )
+        rows = await _rows(workflow_id_prefix=task_id)
         mine = [r for r in rows if r.workflow_id == task_id or _attempt_of(r) == task_id]
         return max(mine, key=lambda r: r.created_at or 0, default=None)
 
     async def live(self) -> list[TaskRecord]:
         """The tasks queued or running, in any process."""
-        rows = await _plain(
-            functools.partial(
-                DBOS.list_workflows_async,
-                name=TASK_WORKFLOW,
-                status=["ENQUEUED", "PENDING"],
-                load_input=False,
-                load_output=False,
-            )
-        )
+        rows = await _rows(name=TASK_WORKFLOW, status=["ENQUEUED", "PENDING"])
         records = []
         for row in rows:
             if (row.attributes or {}).get(_MARK):
@@ -441,14 +407,7 @@ class DbosTasks:
 
     async def _enqueue_attempt(self, record: TaskRecord) -> None:
         """Queue a task that was resumed after its workflow ended, as a new attempt."""
-        rows = await _plain(
-            functools.partial(
-                DBOS.list_workflows_async,
-                workflow_id_prefix=f"{record.id}.r",
-                load_input=False,
-                load_output=False,
-            )
-        )
+        rows = await _rows(workflow_id_prefix=f"{record.id}.r")
         number = 1 + sum(1 for r in rows if _attempt_of(r) == record.id)
         await self._enqueue(record, f"{record.id}.r{number}", {"attempt_of": record.id})
 
@@ -640,14 +599,7 @@ class DbosExecutor:
             try:
                 ids = [*self._running, *(h.record.id for h in self._waiting)]
                 if ids:
-                    rows = await _plain(
-                        functools.partial(
-                            DBOS.list_workflows_async,
-                            workflow_ids=ids,
-                            load_input=False,
-                            load_output=False,
-                        )
-                    )
+                    rows = await _rows(workflow_ids=ids)
                     for row in rows:
                         attrs = row.attributes or {}
                         if attrs.get("cancel") or row.status == "CANCELLED":
