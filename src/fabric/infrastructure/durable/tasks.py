@@ -151,6 +151,9 @@ class DbosTasks:
         self._executor: DbosExecutor | None = None
         self._notes: dict[str, dict[str, Any]] = {}
         self._urgent = asyncio.Event()
+        self._ended: set[str] = set()
+        """Tasks whose end this process wrote: their progress notes are dropped."""
+        self._writing: dict[str, asyncio.Lock] = {}
         self._writer: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
 
@@ -220,8 +223,11 @@ class DbosTasks:
         row = await self._row(task_id)
         if row is None:
             raise KeyError(f"no task with id {task_id!r}")
-        if fields.get("status") in FINAL:  # its progress notes are out of date
+        if fields.get("status") in FINAL:  # its progress notes are out of date from now on
+            self._ended.add(task_id)
             self._notes.pop(task_id, None)
+        elif fields.get("status") == QUEUED:  # resumed
+            self._ended.discard(task_id)
         await self._merge(task_id, fields)
         if fields.get("status") in FINAL and row.status == "ENQUEUED":  # it must not start
             await _plain(functools.partial(DBOS.cancel_workflow_async, task_id))
@@ -248,6 +254,8 @@ class DbosTasks:
             self._urgent.clear()
             notes, self._notes = self._notes, {}
             for task_id, fields in notes.items():
+                if task_id in self._ended:  # its end is written: older news must not follow
+                    continue
                 try:
                     await self._merge(task_id, fields)
                 except Exception as exc:  # best effort: the task's final update will hold
@@ -380,10 +388,13 @@ class DbosTasks:
         return rows[0]
 
     async def _merge(self, task_id: str, fields: Mapping[str, Any]) -> None:
-        await asyncio.to_thread(
-            _outside,
-            lambda: DBOS.update_workflow_attributes(task_id, dict(fields), merge=True),
-        )
+        """Merge ``fields`` into the task's attributes; one write at a time per task, in the
+        order they were asked for (a progress note never lands after the task's end)."""
+        async with self._writing.setdefault(task_id, asyncio.Lock()):
+            await asyncio.to_thread(
+                _outside,
+                lambda: DBOS.update_workflow_attributes(task_id, dict(fields), merge=True),
+            )
 
     async def current(self, task_id: str) -> Any:
         """The latest workflow row of a task: its own, or its latest resume's (None: no such
