@@ -42,12 +42,3 @@ class TaskRecord:
     @property
     def final(self) -> bool:
         return self.status in FINAL
-
-
-INTERRUPTED_ERROR: dict[str, str] = {
-    "code": "interrupted",
-    "message": "the server stopped while this task ran; its runlog holds what happened up to then",
-    "hint": "resume it with POST /tasks/{id}/resume (it goes on from its last complete step), "
-    "or submit it again",
-}
-"""Why a task is ``interrupted``: the server stopped (or crashed) while it ran."""

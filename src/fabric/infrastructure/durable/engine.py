@@ -299,12 +299,6 @@ class DurableRuns:
         found = await DBOS.list_workflows_async(status="PENDING", name=WORKFLOW, sort_desc=False)
         return [w.workflow_id for w in found if owner_alive(w.executor_id) is False]
 
-    async def unfinished(self, run_id: str) -> bool:
-        """Whether ``run_id`` is a durable run left unfinished by a process that is gone (on
-        this host), which ``continue_run`` may take over."""
-        status = await self.status(run_id)
-        return status is not None and status[0] == "PENDING" and owner_alive(status[1]) is False
-
     async def continue_run(self, run_id: str, control: Control) -> RunResult:
         """Continue the durable run ``run_id`` whose process died, from its last recorded
         step; ConfigError when it is not a durable run, has ended, or its process lives."""
