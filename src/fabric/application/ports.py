@@ -130,7 +130,7 @@ cached by the adapter that implements it)."""
 
 
 class TaskStore(Protocol):
-    """Where the HTTP service keeps its task records (SQLite by default)."""
+    """Where the service's tasks are recorded (the DBOS queues' workflow rows, ADR 0020)."""
 
     async def add(self, record: TaskRecord) -> None: ...
 
@@ -171,15 +171,6 @@ class TaskStore(Protocol):
 
     async def give_answer(self, task_id: str, call_id: str, answer: dict[str, Any]) -> None:
         """Store a person's answer to a call (for the process that runs the task)."""
-        ...
-
-    async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:
-        """After a restart: mark running tasks interrupted and return them, and return the
-        queued tasks oldest first (to run again)."""
-        ...
-
-    def close(self) -> None:
-        """Release the store (the service is stopping); later calls raise RuntimeError."""
         ...
 
 

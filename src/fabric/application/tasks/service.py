@@ -1,4 +1,4 @@
-"""The task service: submit, list, cancel, answer approvals, recover after a restart.
+"""The task service: submit, list, cancel, resume, answer approvals.
 
 Shared by every way in that queues tasks (the HTTP API today). Runs go through the same
 ``Runner`` as ``fabric run`` (same packs, same resolution, same runlogs; the ``Runs`` port);
@@ -306,15 +306,6 @@ class TaskService(Generic[R]):
     def _wake(self, task_id: str) -> None:
         for event in self.wakers.get(task_id, ()):
             event.set()
-
-    async def recover(self) -> tuple[list[str], list[str]]:
-        """After a (re)start: running tasks become interrupted, queued ones run again (with
-        durable tasks the store has nothing to do: they wait on their queue, and one a dead
-        process left is continued from its last recorded step)."""
-        interrupted, queued = await self.store.recover()
-        for record in queued:
-            await self.executor.submit(record)
-        return [r.id for r in interrupted], [r.id for r in queued]
 
 
 _SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"

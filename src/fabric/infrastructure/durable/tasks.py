@@ -318,14 +318,6 @@ class DbosTasks:
                 break
         return found[:limit]
 
-    async def recover(self) -> tuple[list[TaskRecord], list[TaskRecord]]:
-        """Nothing to do at a start: queued tasks wait on their queue, and a task a dead
-        process left is put back on its queue by the watcher."""
-        return [], []
-
-    def close(self) -> None:
-        """DBOS is stopped with ``stop``."""
-
     # -- the executor ---------------------------------------------------------------------
 
     def executor(self, run: RunTask) -> DbosExecutor:

@@ -22,6 +22,8 @@ from .options import ConfigOpt
 from .startup import load, say, settle
 
 if TYPE_CHECKING:
+    import asyncio
+
     from fabric.application.tasks import TaskService
     from fabric.infrastructure.durable.tasks import DbosTasks
     from fabric.interfaces.runner import Runner
@@ -107,7 +109,12 @@ def _token(env_name: str, token_file: str) -> str:
 
 
 async def _serve(
-    service: TaskService[Runner], tasks: DbosTasks, *, once: bool, every: float, stop: object
+    service: TaskService[Runner],
+    tasks: DbosTasks,
+    *,
+    once: bool,
+    every: float,
+    stop: asyncio.Event,
 ) -> int:
     """Take over dead processes' CLI runs every ``every`` seconds while DBOS hands out tasks;
     the number of runs whose drive failed."""
@@ -117,7 +124,6 @@ async def _serve(
     from fabric.application.job import Control
     from fabric.domain.errors import FabricError
 
-    assert isinstance(stop, asyncio.Event)
     durable = tasks.durable
     driving: dict[str, asyncio.Task[None]] = {}
     failed = 0

@@ -70,17 +70,10 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        durable = service.durable
-        if durable is not None:  # before recover: it continues what a dead service left
-            await durable.start()
+        tasks = service.durable
+        await tasks.start()  # takes over what a dead process left, and queued tasks run
         try:
-            interrupted, requeued = await service.recover()
-            log.info(
-                "service.started",
-                interrupted=interrupted,
-                requeued=requeued,
-                durable=None if durable is None else durable.where(),
-            )
+            log.info("service.started", durable=tasks.where(), queues=tasks.queues())
             async with AsyncExitStack() as stack:
                 if mcp_sessions is not None:
                     await stack.enter_async_context(mcp_sessions)
@@ -89,9 +82,7 @@ def create_app(
             cut = await service.executor.shutdown(settings.shutdown_grace)
             log.info("service.stopped", interrupted=cut)
             await runner.aclose()
-            if durable is not None:
-                await durable.stop()
-            store.close()
+            await tasks.stop()
 
     app = FastAPI(
         title="agent-fabric",
