@@ -193,7 +193,8 @@ class TaskService(Generic[R]):
                     "scope": scope, "by": by}  # fmt: skip
         if self.approvals.answer(task_id, call_id, ApprovalAnswer(approve, by, scope)):
             return answered
-        if any(a["call_id"] == call_id for a in await self.asks(record)):  # run elsewhere
+        elsewhere = task_id not in self.progress  # a task run here was answered just above
+        if elsewhere and any(a["call_id"] == call_id for a in await self.asks(record)):
             if await self.store.answer_of(task_id, call_id) is not None:
                 raise Conflict(
                     f"the call {call_id!r} of task {task_id!r} was answered already",
