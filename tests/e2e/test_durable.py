@@ -263,3 +263,75 @@ def test_tools_never_touch_the_database_of_durable_runs(
     assert elsewhere.resolve() in service_files(load_config(tmp_path / "fabric.yaml"))
     monkeypatch.setenv("FABRIC_DATABASE_URL", "postgresql://db.example/fabric")
     assert database not in service_files(load_config(tmp_path / "fabric.yaml"))
+
+
+LOOKING = CONFIG.replace("counter:", "looker:").replace(
+    "tools: [shell]", "tools: [read_file, shell]"
+)
+REWRITE = "python -c \"open('notes.txt', 'w').write('second')\""
+
+
+class Looking:
+    """Step 1 reads notes.txt (it says "first") and rewrites it to "second"; step 2 reads it
+    again; the first request for step 3 is held until ``hold`` is set (fabric is killed
+    meanwhile); then it finishes. Keeps every request body."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.holding, self.hold = threading.Event(), threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> tuple[int, Any]:
+        step = 1 + sum(1 for m in body["messages"] if m.get("role") == "assistant")
+        self.asked.append(step)
+        self.bodies.append(body)
+        if step == 1:
+            read = ("read_file", {"path": "notes.txt"})
+            return 200, completion(None, [read, ("shell", {"command": REWRITE})])
+        if step == 2:
+            return 200, completion(None, [("read_file", {"path": "notes.txt"})])
+        if self.asked.count(3) == 1:
+            self.holding.set()
+            self.hold.wait(120)
+            return 500, {"error": {"message": "gone"}}
+        return 200, completion(None, [("finish_task", {"answer": "read"})])
+
+
+def test_a_recovered_run_reads_again_only_what_was_not_recorded_yet(
+    folder: Path, database: str | None, fabric: Fabric
+) -> None:
+    """A read is recorded with the next model reply, not in a step of its own: the read of
+    step 1 (recorded with step 1's command) comes back from the record after a crash; the
+    read of step 2, whose next reply never came, is made again, and the log holds what the
+    model was told."""
+    model = Looking()
+    with MockOpenAIServer(model) as server:
+        (folder / "fabric.yaml").write_text(LOOKING.format(url=server.base_url))
+        workspace = folder / "ws"
+        workspace.mkdir()
+        (workspace / "notes.txt").write_text("first")
+        proc = fabric("run", "--durable", "--pack", "looker", "--json", "read the notes")
+        try:
+            _wait_for(lambda: model.holding.is_set() or proc.poll() is not None, "step 3")
+            assert proc.poll() is None, (folder / "fabric.out").read_text()
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(60)
+            model.hold.set()
+        (workspace / "notes.txt").write_text("third")
+        [runlog] = (folder / "runs").glob("*/runlog.jsonl")
+        resumed = fabric("resume", runlog.parent.name, "--json")
+        assert resumed.wait(300) == 0, (folder / "fabric.out").read_text()
+    assert model.asked == [1, 2, 3, 3]
+    told = [m["content"] for m in model.bodies[-1]["messages"] if m.get("role") == "tool"]
+    assert len(told) == 3
+    assert "first" in told[0]  # recorded: not read again, though the file changed since
+    assert "third" in told[2] and "second" not in told[2]  # not recorded yet: read again
+    events = assert_valid_runlog(read_events(runlog))
+    [again] = [e for e in events if e["kind"] == "run_resumed"]
+    assert again["reason"] == "recovered" and again["from_step"] == 2
+    after = events[events.index(again) :]
+    [read] = [e for e in after if e["kind"] == "tool_result" and e["step"] == 2]
+    assert "third" in read["output"]  # the log holds what the model was told
+    assert (workspace / "notes.txt").read_text() == "third"  # step 1's command ran once
+    assert events[-1]["kind"] == "run_finished" and events[-1]["status"] == "completed"

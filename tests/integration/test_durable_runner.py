@@ -34,7 +34,9 @@ class Recorder:
         self.values: list[str] = []
         self.at = 0
 
-    async def step(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def step(
+        self, name: str, call: Callable[[], Awaitable[Any]], *, looks: bool = False
+    ) -> Any:
         self.at += 1
         if self.at > len(self.values):
             self.values.append(json.dumps(await call()))

@@ -36,7 +36,9 @@ class Recorder:
     def again(self) -> None:
         self.at = 0
 
-    async def step(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def step(
+        self, name: str, call: Callable[[], Awaitable[Any]], *, looks: bool = False
+    ) -> Any:
         self.at += 1
         if self.at <= len(self.values):
             recorded_name, value = self.values[self.at - 1]

@@ -226,3 +226,33 @@ def test_a_resumed_run_does_not_ask_again_for_the_steps_it_redoes(tmp_path: Path
         (1, "http"),
         (2, "http"),
     ]
+
+
+def _logged(*steps: tuple[str, bool]) -> list[dict[str, Any]]:
+    """A run's events: each step a reply calling one tool, with its result when True."""
+    events: list[dict[str, Any]] = [
+        {"kind": "run_started", "run_id": "r1", "pack": "p", "task": "t", "limits": {}}
+    ]
+    for number, (tool, answered) in enumerate(steps, 1):
+        message = {"role": "assistant", "tool_calls": [{"id": f"c{number}"}]}
+        events.append({"kind": "llm_response", "step": number, "message": message})
+        events.append({"kind": "tool_call", "step": number, "call_id": f"c{number}", "name": tool})
+        if answered:
+            events.append({"kind": "tool_result", "step": number, "call_id": f"c{number}",
+                           "name": tool, "ok": True, "output": "x"})  # fmt: skip
+    return events
+
+
+def test_a_recovered_durable_run_redoes_a_read_whose_next_reply_is_not_logged() -> None:
+    from fabric.application.resume import recovered_plan
+
+    looks = {"read_file"}
+    # step 2's read is whole in the log, but step 3's reply is not: it rides with that reply
+    plan = recovered_plan(_logged(("write_file", True), ("read_file", True)), looks)
+    assert plan.completed == 1 and plan.reason == "recovered"
+    assert not [e for e in plan.events if e.get("step") == 2]
+    # a write is its own recorded step: nothing to redo
+    assert recovered_plan(_logged(("read_file", True), ("write_file", True)), looks).completed == 2
+    # step 3's reply was logged, so it was recorded, and the read with it
+    events = _logged(("write_file", True), ("read_file", True), ("write_file", False))
+    assert recovered_plan(events, looks).completed == 2

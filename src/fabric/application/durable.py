@@ -38,9 +38,13 @@ JSON = Any
 class Checkpoints(Protocol):
     """Where a durable run's steps are recorded."""
 
-    async def step(self, name: str, call: Callable[[], Awaitable[JSON]]) -> JSON:
+    async def step(
+        self, name: str, call: Callable[[], Awaitable[JSON]], *, looks: bool = False
+    ) -> JSON:
         """``call``'s value, the first time the run reaches this step; the value recorded then
-        when the run is driven again after its process died."""
+        when the run is driven again after its process died. ``looks``: the call only looks
+        (``ToolSpec.reads_only``), so its value may be recorded with the next step; a run
+        driven again before that step was recorded makes the call again."""
         ...
 
 
@@ -164,7 +168,10 @@ class CheckpointedTool:
                 await self._confirm(ctx, name, arguments, CUT_OFF)
             return await self._tool(arguments, ctx)
 
-        done = await self._points.step(f"tool:{name}", lambda: _guarded(run, tool=True))
+        looks = self._tool.spec.reads_only and self._tool.spec.repeat_safe
+        done = await self._points.step(
+            f"tool:{name}", lambda: _guarded(run, tool=True), looks=looks
+        )
         return str(_unwrapped(done))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,25 @@ def plan_resume(events: Sequence[Mapping[str, Any]], max_steps: int | None = Non
         or (isinstance(e.get("step"), int) and e["step"] <= completed)
     ]
     return ResumePlan(recording.started, kept, completed, limits, reason, finished)
+
+
+def recovered_plan(events: Sequence[Mapping[str, Any]], looks: Collection[str]) -> ResumePlan:
+    """How far a durable run whose process died got, as its drive from the recorded steps
+    will see it (ADR 0020). The results of calls that only look (tools named in ``looks``)
+    are recorded with the next model reply, so the last complete step is redone in the log
+    when it made such a call and that reply was not logged: the call may be made again, and
+    the log must hold what the model was told."""
+    plan = plan_resume(events)
+    last, answered = plan.completed, plan.completed + 1
+    looked = any(
+        e.get("kind") == "tool_call" and e.get("step") == last and e.get("name") in looks
+        for e in plan.events
+    )
+    if not looked or any(e.get("kind") == "llm_response" and e.get("step") == answered
+                         for e in events):  # fmt: skip
+        return dataclasses.replace(plan, reason="recovered")
+    kept = [e for e in plan.events if not (isinstance(e.get("step"), int) and e["step"] == last)]
+    return dataclasses.replace(plan, events=kept, completed=last - 1, reason="recovered")
 
 
 def ended(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

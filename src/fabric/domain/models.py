@@ -154,6 +154,10 @@ class ToolSpec:
     """Whether running a call of it twice does no harm. A durable run driven again after its
     process died runs a call that was cut off again only after a person says so when this is
     False (ADR 0020); the model is not told."""
+    reads_only: bool = False
+    """Whether a call only looks (it changes nothing a person or a later call could notice):
+    a durable run records its result together with the next step, so a process that dies in
+    between makes the call again rather than paying for a recorded step of its own (ADR 0020)."""
 
     def as_openai(self) -> dict[str, Any]:
         return {

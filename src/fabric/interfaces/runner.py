@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,7 +157,10 @@ class Runner:
         loaded_pack = self.pack(request.pack).for_run(request.verify)
         limits = _limits(loaded_pack.settings.limits, request.max_steps)
         run_id = request.run_id or new_run_id()
-        recovered = await self._recovered(run_id) if checkpoints is not None else None
+        recovered = None
+        if checkpoints is not None:
+            looks = {t.spec.name for t in loaded_pack.pack.tools if t.spec.reads_only}
+            recovered = await self._recovered(run_id, looks)
         if isinstance(recovered, RunResult):
             return recovered
         watching = control.events()
@@ -198,12 +201,15 @@ class Runner:
                     )
             return await execute_task(job, kit, control)
 
-    async def _recovered(self, run_id: str) -> ResumePlan | RunResult | None:
+    async def _recovered(
+        self, run_id: str, looks: Collection[str]
+    ) -> ResumePlan | RunResult | None:
         """For a durable run whose runlog exists: how far it got (its process died), or, when
-        the log holds its end (the process died as the run ended), how it ended."""
+        the log holds its end (the process died as the run ended), how it ended. ``looks``:
+        the pack's tools that only look (``recovered_plan``)."""
         import asyncio
 
-        from fabric.application.resume import ended, logged_result, plan_resume
+        from fabric.application.resume import ended, logged_result, recovered_plan
 
         path = self.runlog_path(run_id)
         if not path.exists():
@@ -212,7 +218,7 @@ class Runner:
         end = ended(events)
         if end is not None:
             return logged_result(end, run_id, str(path), default=RunStatus.FAILED)
-        return dataclasses.replace(plan_resume(events), reason="recovered")
+        return recovered_plan(events, looks)
 
     def _reopen(self, path: Path, observers: Sequence[Observer]) -> JsonlRunLog:
         try:

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 from dbos import DBOS
@@ -41,7 +40,7 @@ from fabric.domain.errors import RunError
 from fabric.domain.models import RunResult
 from fabric.domain.tasks import FINAL, QUEUED, TaskRecord
 
-from .engine import DbosCheckpoints, DurableRuns, owner_alive
+from .engine import DbosCheckpoints, DurableRuns, owner_alive, unrecorded, unrecorded_now
 from .where import sqlite_path
 
 if TYPE_CHECKING:
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 log = structlog.get_logger("fabric.tasks")
-_T = TypeVar("_T")
 
 TASK_WORKFLOW = "fabric.task"
 QUEUE = "fabric.tasks"
@@ -96,25 +94,13 @@ def _iso(ms: int | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _outside(call: Callable[[], _T]) -> _T:
-    """``call`` in a fresh context: a DBOS call made from inside a workflow would otherwise be
-    recorded as one of its steps (and the steps of a run must be the same on every drive)."""
-    return contextvars.Context().run(call)
-
-
 async def _rows(**filters: Any) -> list[Any]:
     """The workflow rows ``filters`` pick (``DBOS.list_workflows``), without their inputs and
     outputs (a task's record is in its attributes), read outside any workflow."""
     read = functools.partial(
         DBOS.list_workflows_async, load_input=False, load_output=False, **filters
     )
-    return await _plain(read)
-
-
-async def _plain(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """The coroutine ``make()`` run in a fresh context (see ``_outside``): the task store's
-    reads and writes are never steps of the workflow they are made from."""
-    return await asyncio.create_task(make(), context=contextvars.Context())
+    return await unrecorded(read)
 
 
 class DbosTasks:
@@ -230,7 +216,7 @@ class DbosTasks:
             self._ended.discard(task_id)
         await self._merge(task_id, fields)
         if fields.get("status") in FINAL and row.status == "ENQUEUED":  # it must not start
-            await _plain(functools.partial(DBOS.cancel_workflow_async, task_id))
+            await unrecorded(functools.partial(DBOS.cancel_workflow_async, task_id))
         found = await self.get(task_id)
         assert found is not None
         return found
@@ -365,7 +351,9 @@ class DbosTasks:
         if not dead:
             return []
         owners = sorted(dead)
-        handles = await asyncio.to_thread(_outside, lambda: DBOS._recover_pending_workflows(owners))
+        handles = await asyncio.to_thread(
+            unrecorded_now, lambda: DBOS._recover_pending_workflows(owners)
+        )
         taken = [h.workflow_id for h in handles]
         for task_id in taken:
             log.info("task.recovered", task_id=task_id, database=self.where(), owners=owners)
@@ -384,7 +372,7 @@ class DbosTasks:
         order they were asked for (a progress note never lands after the task's end)."""
         async with self._writing.setdefault(task_id, asyncio.Lock()):
             await asyncio.to_thread(
-                _outside,
+                unrecorded_now,
                 lambda: DBOS.update_workflow_attributes(task_id, dict(fields), merge=True),
             )
 
@@ -430,7 +418,7 @@ class DbosTasks:
         if not self.share_workspaces:
             options["queue_partition_key"] = str(Path(record.workspace).resolve())
         enqueue = DBOS.enqueue_workflow_with_options_async
-        await _plain(functools.partial(enqueue, cast("EnqueueOptions", options), record.id))
+        await unrecorded(functools.partial(enqueue, cast("EnqueueOptions", options), record.id))
 
 
 class DbosExecutor:
@@ -545,7 +533,7 @@ class DbosExecutor:
         if row is None:
             return None
         if row.status == "ENQUEUED":
-            await _plain(functools.partial(DBOS.cancel_workflow_async, row.workflow_id))
+            await unrecorded(functools.partial(DBOS.cancel_workflow_async, row.workflow_id))
             return "dequeued"
         if row.status == "PENDING":  # held by another process: it stops it
             await self.tasks._merge(task_id, {"cancel": True})

@@ -22,7 +22,7 @@ from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
 
 from .changes import Snapshot, note_change, read_before
-from .function_tool import PACK_SETTING, runs_inline
+from .function_tool import PACK_SETTING, reads_only, runs_inline
 from .near_paths import open_existing, writable_path
 from .snippets import number_lines
 from .walk import walk
@@ -55,6 +55,7 @@ def _text(fd: int) -> IO[str]:
     return open(fd, encoding="utf-8", errors="replace", closefd=False)
 
 
+@reads_only
 async def read_file(ctx: ToolContext, path: str, start_line: int = 1, max_lines: int = 400) -> str:
     """Read a text file from the workspace.
 
@@ -256,6 +257,7 @@ def _holds(ws: Workspace, path: str, data: bytes) -> bool:
         return False
 
 
+@reads_only
 def list_files(
     ctx: ToolContext, path: str = ".", recursive: bool = False, max_entries: int = 500
 ) -> str:
@@ -284,6 +286,7 @@ def list_files(
     return note + ("\n".join(entries) if entries else EMPTY)
 
 
+@reads_only
 def search_files(
     ctx: ToolContext,
     pattern: str,

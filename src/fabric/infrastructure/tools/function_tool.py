@@ -24,7 +24,7 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -36,6 +36,7 @@ from fabric.domain.models import ToolSpec
 
 _INLINE = "__fabric_inline__"
 _REPEAT_UNSAFE = "__fabric_repeat_unsafe__"
+_READS_ONLY = "__fabric_reads_only__"
 PACK_SETTING = "fabric:pack-setting"
 """Marks a tool parameter the model never sees: ``replace: Annotated[bool, PACK_SETTING] =
 True`` takes the pack's ``bind`` value, else its default (e.g. whether write_file may replace
@@ -110,9 +111,7 @@ class FunctionTool:
         self._names, self._params = shape.names, shape.params
         self._bound: dict[str, Any] = {n: bind[n] for n in shape.bound} if bind else {}
         spec = shape.spec  # each tool its own schema: a caller may change its copy
-        self._spec = ToolSpec(
-            spec.name, spec.description, copy.deepcopy(spec.parameters), spec.repeat_safe
-        )
+        self._spec = replace(spec, parameters=copy.deepcopy(spec.parameters))
 
     @property
     def spec(self) -> ToolSpec:
@@ -202,7 +201,8 @@ def _shape_of(fn: ToolFunction, name: str | None, bound: frozenset[Any]) -> _Sha
         **fields,
     )
     safe = not getattr(fn, _REPEAT_UNSAFE, False)
-    spec = ToolSpec(tool_name, description or tool_name, json_schema_of(params), safe)
+    looks = bool(getattr(fn, _READS_ONLY, False))
+    spec = ToolSpec(tool_name, description or tool_name, json_schema_of(params), safe, looks)
     return _Shape(wants_ctx, ctx_name, tuple(bound_here), names, params, spec)
 
 
@@ -227,6 +227,13 @@ def repeat_unsafe(fn: F) -> F:
     """Mark a tool whose call may do harm when run twice (a command, an append): a durable run
     driven again does not repeat a cut-off call of it without asking a person (ADR 0020)."""
     setattr(fn, _REPEAT_UNSAFE, True)
+    return fn
+
+
+def reads_only(fn: F) -> F:
+    """Mark a tool whose call only looks (a read, a listing, a search): a durable run records
+    its result with the next step instead of in a step of its own (ADR 0020)."""
+    setattr(fn, _READS_ONLY, True)
     return fn
 
 
