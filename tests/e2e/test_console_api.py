@@ -543,7 +543,11 @@ def test_packs_say_their_policy_limits_schema_tools_and_inputs(config: Path) -> 
     }
     assert writer_["limits"]["tool_output_chars"] == 256
     assert set(writer_["limits"]) == {"max_steps", "finish_repairs", "tool_timeout",
-                                      "tool_output_chars"}  # fmt: skip
+                                      "tool_output_chars", "max_depth", "budget"}  # fmt: skip
+    assert writer_["limits"]["budget"] == {
+        "tokens": None, "cost_usd": None, "seconds": None, "tool_calls": None, "model_calls": None
+    }  # fmt: skip
+    assert writer_["inputs"]["budget"] == {}  # no limits: a task may set its own
     assert writer_["finish_schema"]["required"] == ["summary"]
     tools = {t["name"]: t for t in writer_["tools_detail"]}
     assert set(tools) == {"read_file", "write_file", "edit_file", "finish_task"}

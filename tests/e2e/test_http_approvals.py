@@ -253,3 +253,43 @@ def test_a_task_a_killed_service_left_waiting_for_approval_asks_again(tmp_path: 
     events = events_of(tmp_path, task_id)
     assert [e["kind"] for e in events].count("tool_result") == 1
     assert [e["by"] for e in events if e["kind"] == "approval"] == ["http"]
+
+
+def test_a_delegated_runs_ask_is_answered_through_its_parent_task(tmp_path: Path) -> None:
+    """The lead pack hands the write to the writer pack, whose policy asks: the lead's task
+    waits for approval, lists the writer's call, and the answer given there reaches it."""
+    inner = write_then_finish()
+
+    def handler(body: dict[str, Any]) -> tuple[int, Any]:
+        if not str(body["messages"][0]["content"]).startswith("You lead"):
+            return inner(body)
+        if step_of(body) == 0:
+            return 200, completion(None, [("delegate_writer", {"task": "note"})])
+        told = [m["content"] for m in body["messages"] if m["role"] == "tool"][-1]
+        return 200, completion(None, [("finish_task", {"verdict": told[:300]})])
+
+    with MockOpenAIServer(handler, models=["m"]) as model:
+        path = config(tmp_path, model.base_url)
+        data = json.loads(path.read_text())
+        data["packs"]["lead"] = {**writer_pack(60), "system_prompt": "You lead.",
+                                 "tools": ["read_file"], "delegates": ["writer"],
+                                 "sandbox": {}}  # fmt: skip
+        path.write_text(json.dumps(data, indent=1))
+        with Service(path) as service:
+            task_id = service.submit("lead", "write a note through the writer")
+            waiting = service.wait_status(task_id, "awaiting_approval")
+            [pending] = waiting["approvals"]
+            assert pending["tool"] == "write_file"
+            assert pending["arguments"] == {"path": "note.txt", "content": "hi"}
+            assert not (tmp_path / "ws" / "note.txt").exists()
+            answer = service.client.post(pending["url"], json={"approve": True})
+            assert answer.status_code == 200, answer.text
+            done = service.wait_final(task_id)
+    assert done["status"] == "completed", done
+    assert (tmp_path / "ws" / "note.txt").read_text() == "hi"
+    [delegated] = [e for e in events_of(tmp_path, task_id) if e["kind"] == "tool_result"]
+    [child_id] = delegated["child_run_ids"]
+    child = events_of(tmp_path, child_id)
+    [approval] = [e for e in child if e["kind"] == "approval"]
+    assert approval["approved"] and approval["by"] == "http"
+    assert child[0]["parent"]["run_id"] == task_id

@@ -29,7 +29,7 @@ API_KEY = "sk-mock-model-key-never-shown-8842"
 GUARD = 30.0  # seconds: hang guards only, never an assertion about speed
 FINAL = {
     "completed", "completed_unconfirmed", "completed_from_text", "invalid_output", "unverified",
-    "max_steps", "cancelled", "failed", "interrupted",
+    "max_steps", "budget_exceeded", "cancelled", "failed", "interrupted",
 }  # fmt: skip
 Handler = Callable[[dict[str, Any]], tuple[int, Any]]
 
@@ -273,6 +273,33 @@ def test_submit_follow_live_and_fetch_the_result(tmp_path: Path) -> None:
 
     # the model's write_file changed the workspace
     assert (tmp_path / "ws" / "slow-hello.txt").read_text() == "slow hello"
+
+
+def test_a_task_with_a_budget_ends_when_it_is_spent_and_shows_what_it_used(
+    tmp_path: Path,
+) -> None:
+    def reads(body: dict[str, Any]) -> tuple[int, Any]:  # never finishes: the budget ends it
+        return 200, completion(None, [("read_file", {"path": "notes.txt"})])
+
+    with (
+        MockOpenAIServer(reads, models=["m"]) as model,
+        Service(project(tmp_path, model.base_url)) as service,
+    ):
+        (tmp_path / "ws" / "notes.txt").write_text("notes")
+        budget = {"tool_calls": 2, "tokens": 1_000_000}
+        task_id = service.submit("reviewer", "read forever", budget=budget)
+        done = service.wait_final(task_id)
+        with service.client.stream("GET", f"/tasks/{task_id}/events") as stream:
+            events = [m["data"] for m in sse(stream)]
+    assert done["status"] == "budget_exceeded", done
+    assert done["budget"] == budget
+    assert done["spent"]["tool_calls"] == 2 and done["spent"]["model_calls"] == 3
+    assert done["error"]["code"] == "budget_exceeded"
+    assert "allows 2 tool calls; 2 tool calls used" in done["error"]["message"]
+    # live: every reply's event says what was spent so far
+    spent = [e["spent"]["tool_calls"] for e in events if e["kind"] == "llm_response"]
+    assert spent == [0, 1, 2]
+    assert events[-1]["budget"]["limits"] == budget
 
 
 def test_the_runlog_of_a_running_task_downloads_as_whole_lines(tmp_path: Path) -> None:
@@ -538,6 +565,12 @@ def test_a_body_over_the_limit_is_refused(guarded: tuple[Service, Any]) -> None:
         ({"pack": "engineering", "task": "x", "workspace": "../outside"}, None, "not under"),
         ({"pack": "engineering", "task": "x", "workspace": "/etc"}, None, "not under"),
         ({"pack": "engineering", "task": "x", "max_steps": 0}, "invalid_request", "max_steps"),
+        (
+            {"pack": "engineering", "task": "x", "budget": {"tokens": 0}},
+            "invalid_request",
+            "tokens",
+        ),
+        ({"pack": "engineering", "task": "x", "budget": {"cows": 3}}, "invalid_request", "cows"),
         ({"task": "x"}, "invalid_request", "pack"),
     ],
 )

@@ -44,8 +44,14 @@ _ASK_A_PERSON = (
 _ADAPT = "do not repeat this call; find another way, or finish and say what needs approval"
 
 
+_STRICTER = {"allow": 0, "ask": 1, "deny": 2}
+
+
 class PolicyGate:
-    """Decides each tool call of one run, asking ``approver`` when the policy says ``ask``."""
+    """Decides each tool call of one run, asking ``approver`` when the policy says ``ask``.
+    ``outer``: the policies of the runs that delegated to this one, nearest first; each is
+    checked too and the strictest verdict wins (a sub-run never does more than its parents
+    allow)."""
 
     def __init__(
         self,
@@ -55,8 +61,9 @@ class PolicyGate:
         log: RunLog,
         run_id: str,
         cancel: asyncio.Event,
+        outer: Sequence[PolicySettings] = (),
     ) -> None:
-        self.policy, self.approver, self.log = policy, approver, log
+        self.policy, self.approver, self.log, self.outer = policy, approver, log, tuple(outer)
         self.run_id, self.cancel = run_id, cancel
         self.memory: dict[tuple[str, str | None], bool] = {}
         """Answers given "for this run", by (tool, rule)."""
@@ -64,6 +71,11 @@ class PolicyGate:
     async def check(self, step: int, call_id: str, tool: str, arguments: Mapping[str, Any]) -> None:
         """Return when the call may run; raise ``PolicyDenied`` or ``ApprovalDenied`` when not."""
         decision = decide(self.policy, tool, arguments)
+        for policy in self.outer:
+            theirs = decide(policy, tool, arguments)
+            if _STRICTER[theirs.verdict] > _STRICTER[decision.verdict]:
+                why = f"the policy of the run that delegated this one: {theirs.reason}"
+                decision = Decision(theirs.verdict, theirs.rule, why)
         base = {"step": step, "call_id": call_id, "tool": tool}
         self.log.emit(
             "policy_decision",

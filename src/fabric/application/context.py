@@ -6,11 +6,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric.config.schema import SandboxSettings
 
 from .commands import CommandRunner
+
+if TYPE_CHECKING:
+    from .budget import Spending
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +71,8 @@ class ToolContext:
     """The model call whose tool call this is (0 outside one)."""
     call_id: str = ""
     """The id of the tool call this context was handed to ("" outside one)."""
+    spending: Spending | None = None
+    """The run's budget and use (None: no budget in its tree): a sub-run counts against it."""
+    delegated: list[str] | None = None
+    """Where a delegation tool notes the sub-runs it started (``tool_result.child_run_ids``);
+    the loop gives each tool call a list of its own."""

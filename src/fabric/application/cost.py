@@ -43,3 +43,8 @@ class RunCost:
                     self.unknown.add(name)
             else:
                 self.total += price * tokens / 1_000_000
+
+    def prompt_cost(self, tokens: int, client_model: str) -> float:
+        """What ``tokens`` prompt tokens cost at the model's input price (0 when unknown)."""
+        given = (self.prices.get(client_model) or (None, None))[0]
+        return 0.0 if given is None else given * tokens / 1_000_000

@@ -24,6 +24,7 @@ from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from .approvals import PolicyGate
 from .context import ToolContext
 from .job import Control, Job, Kit
+from .loop.state import Stop
 from .pack import Brief, Briefing, Pack
 from .ports import Approver, ChatClient, Tool, ToolChange, ToolUpdates
 from .replay.divergence import ReplayState
@@ -63,6 +64,8 @@ async def _guarded(call: Callable[[], Awaitable[JSON]], *, tool: bool = False) -
         return {"error": exc.as_dict(), "tool_error": True}
     except FabricError as exc:
         return {"error": exc.as_dict(), "status_code": getattr(exc, "status_code", None)}
+    except Stop:
+        raise  # the run is ending (a delegation cut by a cancel): no value to record
     except Exception as exc:
         if not tool:
             raise

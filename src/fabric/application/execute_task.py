@@ -13,14 +13,17 @@ import asyncio
 import time
 from typing import Any
 
+from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunResult, RunStatus
 
 from .approvals import PolicyGate
+from .budget import Spending
 from .context import ToolContext
 from .cost import RunCost
 from .job import LEFT_FOR_RECOVERY, Control, Job, Kit
 from .loop.run import Run
 from .loop.state import Stop, describe, usage_json
+from .loop.window import Window
 from .verify import describe as describe_checks
 
 _UNWATCHED = Control()
@@ -37,6 +40,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
     pack, runlog = job.pack, kit.runlog
     sandbox = job.sandbox or pack.sandbox
     cancel = control.cancel or asyncio.Event()
+    spending = _spending(job, control)
     ctx = ToolContext(
         job.run_id,
         job.workspace,
@@ -46,11 +50,17 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         tuple(p.resolve() for p in kit.read_only),
         runlog.save_artifact,
         cancel=cancel,
+        spending=spending,
     )
     if kit.chat is None and kit.start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")
     gate = PolicyGate(
-        sandbox.policy, approver=control.approver, log=runlog, run_id=job.run_id, cancel=cancel
+        sandbox.policy,
+        approver=control.approver,
+        log=runlog,
+        run_id=job.run_id,
+        cancel=cancel,
+        outer=job.outer_policies,
     )
     run = Run(
         job.run_id,
@@ -64,6 +74,8 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         on_delta=control.on_delta(),
         cost=RunCost(kit.prices) if kit.prices is not None else None,
         updates=kit.tool_updates,
+        spending=spending,
+        window=None if kit.context_size is None else Window.of(kit.context_size, kit.reply_tokens),
     )
     run.record.task = job.task
     started = time.perf_counter()
@@ -81,14 +93,16 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
             "system_prompt": pack.system_prompt,
             "finish_schema": pack.finish_schema,
             "verify": describe_checks(pack.verifiers),
+            **_context(kit),
         },
     )
     run.messages += [
         {"role": "system", "content": pack.system_prompt},
         {"role": "user", "content": job.task},
     ]
-    if kit.start_error is not None:
-        return _finish_log(run, Stop(RunStatus.FAILED, error=describe(kit.start_error)), started)
+    start_error = kit.start_error or _uncounted(job, kit)
+    if start_error is not None:
+        return _finish_log(run, Stop(RunStatus.FAILED, error=describe(start_error)), started)
     stop: Stop
     try:
         await run.loop()
@@ -107,6 +121,36 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         _finish_log(run, Stop(RunStatus.FAILED, error=describe(exc)), started)
         raise
     return _finish_log(run, stop, started)
+
+
+def _context(kit: Kit) -> dict[str, Any]:
+    """The model's window as the run counts with it (``run_started.context``; none: unknown)."""
+    if kit.context_size is None:
+        return {}
+    return {"context": {"window": kit.context_size, "reply_tokens": kit.reply_tokens}}
+
+
+def _spending(job: Job, control: Control) -> Spending | None:
+    """The run's budget and use, linked to the delegating run's (None: no budget anywhere
+    in its tree, so nothing is counted)."""
+    if not job.limits.budget.set() and control.spending is None:
+        return None
+    return Spending(job.limits.budget, job.run_id, parent=control.spending)
+
+
+def _uncounted(job: Job, kit: Kit) -> ConfigError | None:
+    """Why the run's cost limit cannot hold: its model has no price to count with."""
+    if job.limits.budget.cost_usd is None or kit.chat is None:
+        return None
+    model = kit.chat.model
+    if None not in (kit.prices or {}).get(model, (None, None)):
+        return None
+    return ConfigError(
+        f"limits.budget.cost_usd is set, but the model {model} has no price: its cost cannot "
+        "be counted",
+        hint=f"set input_price and output_price under llm.model_options.{model} in fabric.yaml, "
+        "or drop the cost limit",
+    )
 
 
 def _finish_log(run: Run, stop: Stop, started: float) -> RunResult:
@@ -133,6 +177,8 @@ def _finish_log(run: Run, stop: Stop, started: float) -> RunResult:
         event["error"] = stop.error
     if run.cost is not None:
         event["cost"] = {"usd": run.cost.usd, "unknown_models": sorted(run.cost.unknown)}
+    if run.spending is not None:
+        event["budget"] = run.spending.as_json()
     run.log.emit("run_finished", event)
     run.log.close()
     return result

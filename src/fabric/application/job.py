@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabric.config.schema import Limits, SandboxSettings
+from fabric.config.policy import PolicySettings
+from fabric.config.schema import Budget, Limits, SandboxSettings
 from fabric.domain.errors import FabricError
 from fabric.domain.models import ChatDelta
 
+from .budget import Spending
 from .commands import CommandRunner
 from .cost import Prices
+from .delegation import Parent
 from .pack import Pack
 from .ports import Approver, ChatClient, RunLog, RunObserver, ToolUpdates
 
@@ -37,6 +40,11 @@ class RunRequest:
     """None: the pack's own verification; 'off': none; else a command line."""
     run_id: str | None = None
     """None: a new id."""
+    budget: Budget | None = None
+    """The run's own limits on what it may spend; each only tightens the pack's
+    (``limits.budget``). None: the pack's."""
+    parent: Parent | None = None
+    """The run that delegated this one (None: a person started it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,8 @@ class Job:
     """None: the pack's own."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Recorded in ``run_started`` as it is (fabric version, backend, selection, ...)."""
+    outer_policies: tuple[PolicySettings, ...] = ()
+    """The policies of the runs that delegated this one, nearest first: checked as well."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,10 @@ class Kit:
     tool_updates: ToolUpdates | None = None
     """Tools that may change during the run (its MCP servers' lists): asked before each model
     call; a change is offered to the model and logged in that ``llm_request``."""
+    context_size: int | None = None
+    """The model's context window in tokens (None: not known): requests are kept inside it."""
+    reply_tokens: int | None = None
+    """The most tokens one reply may have (None: no limit set), kept free in the window."""
 
 
 LEFT_FOR_RECOVERY = "fabric: left for recovery"
@@ -93,6 +107,8 @@ class Control:
     """Watch the run live. Their ``event`` is called by the runlog once it holds the event,
     so whoever opens the runlog (the ``Runner``) hands them to it; their ``delta`` by the
     loop as the model's reply streams in."""
+    spending: Spending | None = None
+    """The delegating run's budget and use: this run counts against it (None: none)."""
 
     def on_delta(self) -> DeltaFanout | None:
         """The observers' ``delta`` as one sink for the model client (None: nobody watches)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fabric.config.policy import PolicySettings
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.models import ChatRequest, ChatResponse, RunResult, RunStatus, ToolSpec, Usage
@@ -32,6 +33,7 @@ from .approvals import RecordedApprover
 from .context import ToolContext
 from .execute_task import execute_task
 from .job import Control, Job, Kit
+from .loop.window import recorded_window
 from .pack import Pack
 from .ports import ChatClient, RunLog, Tool, ToolChange, ToolUpdates, tool_diff
 from .replay.divergence import Diverged, ReplayState
@@ -59,6 +61,7 @@ _STEP_KINDS = {
     "tool_result",
     "verification",
     "nudge",
+    "context_compacted",
 }
 """Events of a step: those of the re-driven steps are in the log already."""
 
@@ -361,6 +364,7 @@ async def resume_task(
     sandbox: SandboxSettings | None = None,
     mcp: Sequence[Tool] = (),
     meta: Mapping[str, Any] | None = None,
+    outer_policies: tuple[PolicySettings, ...] = (),
 ) -> RunResult:
     """Continue the run ``plan`` describes, appending to ``kit.runlog`` (the run's own log,
     reopened). ``kit.chat`` is the live model client; ``run_dir`` (the run's folder) lets a cut
@@ -402,12 +406,16 @@ async def resume_task(
         plan.limits,
         sandbox,
         meta or {},
+        outer_policies=outer_policies,  # a delegated run: its parents' policies hold
     )
+    window, reply = recorded_window(plan.started)
     resumed_kit = dataclasses.replace(
         kit,
         chat=resuming,
         runlog=ResumingRunLog(kit.runlog, plan, state),
         tool_updates=offers,
+        context_size=window,
+        reply_tokens=reply,  # the redone steps elide what they elided
     )
     # an "ask" in a re-driven step gets its recorded answer; later ones go to the approver
     control = control or Control()

@@ -16,6 +16,8 @@
         │   │   └── ModelContextLengthError      context_length_exceeded
         │   └── ModelResponseError       invalid_response: an answer fabric cannot use
         ├── RecordedRunError         a failure a runlog or a recorded step kept, raised again
+        ├── BudgetSpent              budget_exceeded: a limit of limits.budget was reached
+                                     (in application/budget.py)
         └── ToolError                raised inside a tool; the loop turns it into a tool result
             ├── RecordedToolError        a tool's failure kept the same way (both: ``Recorded``)
             ├── ToolArgumentError        arguments failed validation

@@ -188,6 +188,9 @@ class RunStatus(enum.StrEnum):
     citations' sources) kept failing until the repair rounds ran out, or could not run."""
     MAX_STEPS = "max_steps"
     """The step limit was reached before finish_task."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """A limit of the run's budget (``limits.budget``: tokens, cost, time, tool or model
+    calls) was reached; the error says which and how much was used."""
     CANCELLED = "cancelled"
     """Someone stopped the run."""
     FAILED = "failed"

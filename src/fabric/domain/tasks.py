@@ -38,6 +38,11 @@ class TaskRecord:
     """The task's own check of the work (a command, or 'off'); None: the pack's."""
     priority: int = 0
     """Its place in the queue: lower numbers start first (0, the default, before all)."""
+    budget: dict[str, float] | None = None
+    """The task's own limits on what its run may spend, by name (``limits.budget``: tokens,
+    cost_usd, seconds, tool_calls, model_calls); each only tightens the pack's. None: none."""
+    spent: dict[str, float] | None = None
+    """What its run has spent so far, by the same names (only for a run with a budget)."""
 
     @property
     def final(self) -> bool:

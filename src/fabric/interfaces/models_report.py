@@ -8,10 +8,10 @@ from typing import Any
 
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import Backend as BackendSettings
-from fabric.config.schema import EmbeddedBackend, ModelOptions, OllamaBackend
+from fabric.config.schema import ModelOptions
 from fabric.domain.errors import FabricError
 from fabric.domain.models import ModelInfo
-from fabric.infrastructure.llm.backends import DEFAULT_NUM_CTX, MAX_AUTO_NUM_CTX, base_url_of
+from fabric.infrastructure.llm.backends import base_url_of, window_of
 from fabric.interfaces.compose import Runner, build_runner
 
 
@@ -31,16 +31,8 @@ def _row(
 
 
 def context_used(info: ModelInfo, backend: BackendSettings, options: ModelOptions) -> int | None:
-    """The context window a run gets (as ``Backends.client`` sets it up), which is not the
-    model's own maximum (``context_length``) where fabric configures one: the embedded
-    server's ``context_size``; for Ollama the model's ``num_ctx`` option, else the model's
-    own window up to a cap. Other servers decide for themselves: their model's window."""
-    if isinstance(backend, EmbeddedBackend):
-        return backend.context_size
-    if isinstance(backend, OllamaBackend):
-        window = info.context_length or DEFAULT_NUM_CTX
-        return options.num_ctx or min(window, MAX_AUTO_NUM_CTX)
-    return info.context_length
+    """The context window a run gets (``window_of``)."""
+    return window_of(info, backend, options)
 
 
 async def will_use(runner: Runner, pack: str) -> dict[str, Any]:

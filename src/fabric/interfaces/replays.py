@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fabric.application.commands import CommandRunner
-from fabric.application.job import Kit
+from fabric.application.job import Control, Kit
+from fabric.application.pack import Pack
 from fabric.application.replay import Recording, ReplayReport, replay
 from fabric.domain.errors import ConfigError, FabricError, SandboxError
 from fabric.infrastructure.packs.registry import LoadedPack
@@ -39,6 +40,10 @@ class Runs(Protocol):
     def open_runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog: ...
 
     def mcp_toolbox(self, loaded_pack: LoadedPack, workspace: Path) -> McpToolbox: ...
+
+    def with_delegates(
+        self, pack: Pack, loaded_pack: LoadedPack, parent: None, control: Control
+    ) -> Pack: ...
 
 
 def recording_of(path: Path) -> tuple[Recording, list[str]]:
@@ -74,15 +79,15 @@ async def replay_run(
             if live and loaded_pack.settings.mcp
             else None
         )
-        pack = loaded_pack.pack  # a replay that starts no server has the recorded MCP tools
+        # a replay that starts no server has the recorded MCP tools; a delegation's recorded
+        # result answers its call (live: the real tool starts a sub-run on the copy)
+        pack = runner.with_delegates(loaded_pack.pack, loaded_pack, None, Control())
         if toolbox is not None:  # live: the servers start as for a run
             try:
                 live_tools = await toolbox.open()
             except FabricError as exc:
                 raise ConfigError(f"--live-tools: {exc.message}", hint=exc.hint) from exc
-            pack = dataclasses.replace(
-                loaded_pack.pack, tools=(*loaded_pack.pack.tools, *live_tools)
-            )
+            pack = dataclasses.replace(pack, tools=(*pack.tools, *live_tools))
         runlog = runner.open_runlog(run_id, ())
         try:
             return await replay(

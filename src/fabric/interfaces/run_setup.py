@@ -22,9 +22,9 @@ from fabric.application.pack import Pack
 from fabric.application.ports import ChatClient, Tool
 from fabric.application.resolve import Resolution
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import SandboxSettings
+from fabric.config.schema import AnthropicBackend, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError, McpError, SandboxError
-from fabric.infrastructure.llm.backends import Backends, base_url_of
+from fabric.infrastructure.llm.backends import Backends, base_url_of, window_of
 from fabric.infrastructure.packs import git_audit, run_ledger
 from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack
 from fabric.infrastructure.runlog import JsonlRunLog
@@ -130,6 +130,7 @@ class RunSetup:
                 self.prices(),
                 start_error,
                 tool_updates=toolbox,
+                **self._window(resolution),
             )
             yield Session(kit, runlog, resolution, tools, toolbox.meta() if toolbox else None)
         finally:
@@ -219,6 +220,19 @@ class RunSetup:
             return read_only, self.commands_for(loaded_pack, workspace, read_only), None
         except SandboxError as exc:
             return read_only, None, exc
+
+    def _window(self, resolution: Resolution | None) -> dict[str, int | None]:
+        """The context window the resolved model has, and the reply's limit (``Kit``)."""
+        if resolution is None:
+            return {}
+        try:
+            backend = self.backends.settings(resolution.backend)
+        except ConfigError:  # a backend not in the config (a test's scripted model)
+            return {}
+        options = self.backends.options(resolution.model)
+        reply = backend.max_tokens if isinstance(backend, AnthropicBackend) else options.max_tokens
+        size = window_of(resolution.info, backend, options)
+        return {"context_size": size, "reply_tokens": reply}
 
     def prices(self) -> dict[str, tuple[float | None, float | None]]:
         options = self.loaded.config.llm.model_options

@@ -17,7 +17,7 @@ from fabric.application.ports import RunObserver
 from fabric.application.resolve import Resolution
 from fabric.application.workspaces import check_workspace
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import Limits
+from fabric.config.schema import Budget, Limits
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunResult, RunStatus
@@ -38,7 +38,9 @@ from fabric.interfaces.model_resolver import ChatFactory, ModelResolver
 from fabric.interfaces.run_setup import CommandFactory, RunSetup
 
 if TYPE_CHECKING:  # a run needs none: loaded when a replay, resume or durable run asks
+    from fabric.application.delegation import Parent
     from fabric.application.durable import Checkpoints
+    from fabric.application.pack import Pack
     from fabric.application.replay import Recording, ReplayReport
     from fabric.application.resume import ResumePlan
     from fabric.infrastructure.mcp.toolbox import McpToolbox
@@ -155,7 +157,10 @@ class Runner:
         control = self._control(control)
         folder = await self.admit(request)
         loaded_pack = self.pack(request.pack).for_run(request.verify)
-        limits = _limits(loaded_pack.settings.limits, request.max_steps)
+        parent = request.parent
+        if parent is not None:
+            loaded_pack = loaded_pack.within(parent.sandbox)
+        limits = _limits(loaded_pack.settings.limits, request.max_steps, request.budget)
         run_id = request.run_id or new_run_id()
         recovered = None
         if checkpoints is not None:
@@ -175,7 +180,7 @@ class Runner:
         ) as session:
             job = Job(
                 request.task,
-                session.pack_of(loaded_pack),
+                self.with_delegates(session.pack_of(loaded_pack), loaded_pack, parent, control),
                 session.runlog.run_id,
                 folder,
                 limits,
@@ -185,7 +190,9 @@ class Runner:
                     **_verify_meta(request.verify),
                     **session.meta(),
                     **({"durable": True} if checkpoints is not None else {}),
+                    **({"parent": parent.as_json()} if parent is not None else {}),
                 },
+                outer_policies=parent.policies if parent is not None else (),
             )
             kit = session.kit
             if checkpoints is not None:
@@ -200,6 +207,50 @@ class Runner:
                         kit, runlog=ResumingRunLog(kit.runlog, recovered, state)
                     )
             return await execute_task(job, kit, control)
+
+    def with_delegates(
+        self, pack: Pack, loaded_pack: LoadedPack, parent: Parent | None, control: Control
+    ) -> Pack:
+        """``pack`` with a ``delegate_<name>`` tool for each pack it may delegate to, for a
+        run started by a person (``parent`` None) or delegated by ``parent``."""
+        names = loaded_pack.settings.delegates
+        if not names:
+            return pack
+        from fabric.application.delegation import DelegateTool, Lineage
+
+        own = loaded_pack.settings.limits.max_depth
+        lineage = (
+            Lineage(0, own, (), control.approver)
+            if parent is None
+            else Lineage(parent.depth, min(parent.max_depth, parent.depth + own),
+                         parent.policies, control.approver)
+        )  # fmt: skip
+        packs = self.loaded.config.packs
+        tools = [DelegateTool(n, packs[n].description, self.delegated, lineage) for n in names]
+        return dataclasses.replace(pack, tools=(*pack.tools, *tools))
+
+    async def delegated(self, pack: str, task: str, parent: Parent) -> RunResult:
+        """A sub-run of ``pack`` doing ``task`` for ``parent`` (a delegation tool's call):
+        in its workspace, cancelled with it, its asks answered by whoever answers the
+        parent's, its spending counted against the parent's budget. When the call is made
+        again (the parent resumed or recovered), the sub-run it started is followed: its
+        result when it ended, else it goes on where it stopped."""
+        import asyncio
+
+        from fabric.application.resume import ended, logged_result
+
+        control = Control(cancel=parent.cancel, approver=parent.approver, spending=parent.spending)
+        path = self.runlog_path(parent.child_id)
+        if not path.exists():
+            request = RunRequest(
+                pack, task, workspace=parent.workspace, parent=parent, run_id=parent.child_id
+            )
+            return await self.run(request, control)
+        events = await asyncio.to_thread(self.read_runlog, path)
+        end = ended(events)
+        if end is not None and end.get("status") != RunStatus.CANCELLED.value:
+            return logged_result(end, parent.child_id, str(path), default=RunStatus.FAILED)
+        return await self.resume(events, path, control=control, parent=parent)
 
     async def _recovered(
         self, run_id: str, looks: Collection[str]
@@ -233,17 +284,29 @@ class Runner:
         *,
         max_steps: int | None = None,
         control: Control | None = None,
+        parent: Parent | None = None,
     ) -> RunResult:
         """Continue the run whose runlog (at ``path``) holds ``events``: same run id, pack,
         workspace and model, appending to the same log (see ``application/resume.py``).
         ``control.approver`` answers the policy's asks in the new steps (the redone ones get
-        their recorded answers)."""
+        their recorded answers). A delegated run goes on only for its ``parent``, within what
+        that allows (``delegated``)."""
         control = self._control(control)
         from fabric.application.resume import plan_resume, resume_task
 
+        first = next((e for e in events if e.get("kind") == "run_started"), {})
+        link = first.get("parent")
+        if isinstance(link, Mapping) and (parent is None or link.get("run_id") != parent.run_id):
+            raise ConfigError(
+                f"run {first.get('run_id')} was delegated by run {link.get('run_id')}: it goes "
+                "on only as part of that run, within its sandbox, policy and budget",
+                hint=f"resume run {link.get('run_id')}: it goes on with this one",
+            )
         plan = plan_resume(events, max_steps)
         started = plan.started
         loaded_pack = self.pack_for(started)
+        if parent is not None:
+            loaded_pack = loaded_pack.within(parent.sandbox)
         await _check_search(str(started.get("pack", "")), loaded_pack)
         folder = Path(str(started.get("workspace", "")))
         if not folder.is_dir():
@@ -261,7 +324,7 @@ class Runner:
         async with self.setup.session(loaded_pack, folder, backend, model, open_log) as session:
             return await resume_task(
                 plan,
-                pack=loaded_pack.pack,
+                pack=self.with_delegates(loaded_pack.pack, loaded_pack, parent, control),
                 workspace=folder,
                 kit=session.kit,
                 control=control,
@@ -269,6 +332,7 @@ class Runner:
                 sandbox=loaded_pack.settings.sandbox,
                 mcp=session.tools,
                 meta=session.meta(),
+                outer_policies=parent.policies if parent is not None else (),
             )
 
     @property
@@ -300,7 +364,7 @@ class Runner:
         return {
             "name": name,
             "description": lp.pack.description,
-            "tools": lp.pack.tool_names(),
+            "tools": self.with_delegates(lp.pack, lp, None, Control()).tool_names(),
             "model": lp.settings.model,
         }
 
@@ -366,7 +430,10 @@ def _verify_meta(verify: str | None) -> dict[str, str]:
     return {} if verify is None else {"verify_override": verify}
 
 
-def _limits(limits: Limits, max_steps: int | None) -> Limits:
+def _limits(limits: Limits, max_steps: int | None, budget: Budget | None = None) -> Limits:
+    """The pack's limits with a run's own: its step limit, and its budget (tightening)."""
+    if budget is not None:
+        limits = limits.model_copy(update={"budget": limits.budget.tightened(budget)})
     if max_steps is None:
         return limits
     if max_steps < 1:

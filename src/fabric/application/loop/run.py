@@ -32,9 +32,14 @@ class Run(ToolSteps):
             watcher.cancel()
 
     async def _watch(self) -> None:
-        """Wait for the cancel event; when it comes during a model call, cut the call at once
-        (mid-stream, or in a retry's backoff): the loop then ends the run as cancelled."""
-        await self.cancel.wait()
+        """Wait for the cancel event, or for the budget's time to run out; when either comes
+        during a model call, cut the call at once (mid-stream, or in a retry's backoff): the
+        loop then ends the run as cancelled, or ``budget_exceeded``."""
+        try:
+            await asyncio.wait_for(self.cancel.wait(), self._seconds_left())
+        except TimeoutError:
+            assert self.spending is not None  # only a budget's time runs out
+            self._out_of_time = self.spending.time_up()
         if self._chatting is not None:
             self._cut = True
             self._chatting.cancel()
@@ -44,6 +49,8 @@ class Run(ToolSteps):
             self._check_cancel()
             if self.steps >= self.limits.max_steps:
                 raise Stop(RunStatus.MAX_STEPS)
+            if self.spending is not None:
+                self._check_budget(model_calls=1, **self._next_call())
             response = await self._call_model()
             self.messages.append(response.message)
             self._sent = len(self.messages)  # the reply is logged in llm_response, not again
@@ -54,6 +61,9 @@ class Run(ToolSteps):
             for call in response.tool_calls:
                 if call.name != FINISH_TOOL:  # a final answer that came with a cancel is kept
                     self._check_cancel()
+                    if self.spending is not None:
+                        self._check_budget(tool_calls=1)
+                        self.spending.charge_tool()
                 self.messages.append(await self._handle(call))
 
     async def _brief(self, brief: Brief) -> str:
@@ -87,7 +97,8 @@ class Run(ToolSteps):
         if change is not None:
             self._offer(change.tools)
             request["tools_changed"] = dict(change.note)
-        if self.steps == 1 or change is not None:
+        recall = self.window is not None and self._fit(self._outgoing())
+        if self.steps == 1 or change is not None or recall:
             request["tools"] = self.tool_defs
         self.log.emit("llm_request", request)
         started = time.perf_counter()
@@ -96,8 +107,11 @@ class Run(ToolSteps):
         except FabricError as exc:
             raise Stop(RunStatus.FAILED, error=describe(exc)) from exc
         self.usage += response.usage
+        before = self.cost.total if self.cost is not None else 0.0
         if self.cost is not None:
             self.cost.add(response, self.chat.model)
+        if self._last_chars:
+            self._counted(self._last_chars, response.usage.prompt_tokens)
         event: dict[str, Any] = {
             "step": self.steps,
             "message": response.message,
@@ -110,8 +124,20 @@ class Run(ToolSteps):
             event["tool_calls_from_text"] = True
         if response.warnings:
             event["warnings"] = list(response.warnings)
+        if self.spending is not None:
+            after = self.cost.total if self.cost is not None else 0.0
+            self.spending.charge_model(response.usage, after - before)
+            event["spent"] = self.spending.used_json()
         self.log.emit("llm_response", event)
         return response
+
+    def _next_call(self) -> dict[str, Any]:
+        """About what the next model call adds to the budget: its request's tokens, at the
+        tokens a character the server counted for the run's last request, and their price as
+        input."""
+        tokens = int(self._size(self._outgoing()) * self._ratio) + 1
+        cost = self.cost.prompt_cost(tokens, self.chat.model) if self.cost is not None else 0.0
+        return {"tokens": tokens, "cost_usd": cost}
 
     async def _chat_unless_cancelled(self) -> ChatResponse:
         """The model call; a cancel during it (``_watch``) cuts it and ends the run as
@@ -120,12 +146,18 @@ class Run(ToolSteps):
         task = self._chatting = asyncio.current_task()
         assert task is not None  # the loop runs in a task
         try:
-            request = ChatRequest(self._outgoing(), self.tool_defs, self.on_delta)
+            wire = self._outgoing()
+            if self.window is not None or self.spending is not None:  # counted: calibrate
+                self._last_chars = self._size(wire)
+            request = ChatRequest(
+                self._sending(wire) if self._elided else wire, self.tool_defs, self.on_delta
+            )
             response = await self.chat.chat(request)
         except asyncio.CancelledError:
             if not self._cut:
                 raise  # the run itself was cancelled (Ctrl-C, a shutdown): not ours to keep
             task.uncancel()
+            self._check_cancel()  # the budget's time, or a cancel
             raise Stop(RunStatus.CANCELLED) from None
         finally:
             self._chatting = None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fabric.application.approvals import PolicyGate
+from fabric.application.budget import BudgetSpent, Spending
 from fabric.application.context import ToolContext
 from fabric.application.cost import RunCost
 from fabric.application.pack import FINISH_TOOL, Pack
@@ -19,6 +20,8 @@ from fabric.application.verify import RunRecord
 from fabric.config.schema import Limits
 from fabric.domain.errors import FabricError
 from fabric.domain.models import Message, RunStatus, ToolSpec, Usage
+
+from .window import FIRST_RATIO, RECALL, Window
 
 
 class Stop(Exception):
@@ -50,6 +53,10 @@ class RunState:
     cost: RunCost | None = None
     updates: ToolUpdates | None = None
     """Where tools that come and go during the run come from (None: the pack's, fixed)."""
+    spending: Spending | None = None
+    """The run's budget and what it used (None: no budget here or up its task tree)."""
+    window: Window | None = None
+    """The model's context window (None: not known; nothing is counted or elided)."""
     messages: list[Message] = field(default_factory=list)
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -70,6 +77,17 @@ class RunState:
     """Where the messages with a repeat note are, oldest first."""
     _wire: list[Message] = field(default_factory=list)
     """The history as it is sent (``_outgoing``): the messages, older notes left off."""
+    """The last model call's prompt and reply tokens: most of what the next call sends."""
+    _out_of_time: BudgetSpent | None = None
+    """Set when the budget's time ran out during the run (``_watch``)."""
+    _ratio: float = FIRST_RATIO
+    """Tokens a character, as the server counted the run's last request (``Fitting``)."""
+    _last_chars: int = 0
+    """The characters of the last request (``Fitting``)."""
+    _elided: dict[int, str] = field(default_factory=dict)
+    """Outputs elided to save context: their place in the history, and what is sent instead."""
+    _refs: dict[str, int] = field(default_factory=dict)
+    """The elided outputs by the ref the model reads them back with (``recall_output``)."""
 
     def __post_init__(self) -> None:
         self.tools: dict[str, Tool] = {}
@@ -83,10 +101,27 @@ class RunState:
         self.tools = {t.spec.name: t for t in tools}
         finish = ToolSpec(FINISH_TOOL, self.pack.finish_description, self.pack.finish_schema)
         self.tool_defs = [t.spec.as_openai() for t in tools] + [finish.as_openai()]
+        if self._elided:  # outputs were elided: they can still be read back
+            self.tool_defs.append(RECALL.as_openai())
 
     def _check_cancel(self) -> None:
+        if self._out_of_time is not None:
+            raise Stop(RunStatus.BUDGET_EXCEEDED, error=self._out_of_time.as_dict())
         if self.cancel.is_set():
             raise Stop(RunStatus.CANCELLED)
+
+    def _check_budget(self, **more: Any) -> None:
+        """End the run ``budget_exceeded`` when a call that adds ``more`` (``Spending.check``)
+        would pass a limit."""
+        if self.spending is None:
+            return
+        try:
+            self.spending.check(**more)
+        except BudgetSpent as spent:
+            raise Stop(RunStatus.BUDGET_EXCEEDED, error=spent.as_dict()) from None
+
+    def _seconds_left(self) -> float | None:
+        return None if self.spending is None else self.spending.seconds_left()
 
 
 def describe(exc: BaseException) -> dict[str, str]:

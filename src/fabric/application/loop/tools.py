@@ -18,8 +18,9 @@ from fabric.config.prompts import REPEATED
 from fabric.domain.errors import ToolError
 from fabric.domain.models import Message, ToolCall
 
-from .finish import Finishing
+from .fitting import Fitting
 from .state import Stop, clip, describe, ms_since
+from .window import RECALL_TOOL
 
 _NOTE_START = "\n[fabric: you made this same call "
 _NOTE = re.compile(re.escape(_NOTE_START) + r"\d+ times in a row[^\]]*\]\Z")
@@ -35,7 +36,7 @@ def _note_at(output: str) -> int:
     return at if at >= 0 and _NOTE.match(output, at) else -1
 
 
-class ToolSteps(Finishing):
+class ToolSteps(Fitting):
     """How a run handles the tool calls in a model's reply."""
 
     async def _handle(self, call: ToolCall) -> Message:
@@ -52,6 +53,7 @@ class ToolSteps(Finishing):
         started = time.perf_counter()
         artifact = None
         changes: list[FileChange] = []  # what this call changes in the workspace, if anything
+        delegated: list[str] = []  # the sub-runs it started, if it delegates
         try:
             if call.arguments is None:
                 if call.name == FINISH_TOOL:
@@ -63,10 +65,14 @@ class ToolSteps(Finishing):
                 )
             if call.name == FINISH_TOOL:
                 output = await self._finish(call.id, call.arguments)
+            elif call.name == RECALL_TOOL and self._elided:  # fabric's own: no policy applies
+                output = self._recall(call.arguments)
             else:
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
-                output = await self._run_tool(call.name, call.id, call.arguments, changes)
+                output = await self._run_tool(
+                    call.name, call.id, call.arguments, changes, delegated
+                )
             ok, error = True, None
         except Stop:
             raise
@@ -77,7 +83,7 @@ class ToolSteps(Finishing):
             ok, error = False, {"code": "tool_crashed", "message": f"{type(exc).__name__}: {exc}"}
             output = f"error: the tool {clip(call.name)} failed: {type(exc).__name__}: {exc}"
         if call.arguments is not None:
-            if call.name != FINISH_TOOL:
+            if call.name not in (FINISH_TOOL, RECALL_TOOL):
                 self.record.uses.append(ToolUse(call.name, call.arguments, ok, output))
             output += self._repeated(call.name, call.arguments, output)
         if len(output) > self.limits.tool_output_chars:
@@ -98,6 +104,8 @@ class ToolSteps(Finishing):
             result["artifact"] = artifact
         if changes:  # for people reading the log; the model gets ``output`` alone
             result["changes"] = [change.as_json() for change in changes]
+        if delegated:  # the sub-runs' own runlogs
+            result["child_run_ids"] = list(delegated)
         self.log.emit("tool_result", result)
         return {"role": "tool", "tool_call_id": call.id, "content": output}
 
@@ -140,7 +148,12 @@ class ToolSteps(Finishing):
         return sent
 
     async def _run_tool(
-        self, name: str, call_id: str, arguments: Mapping[str, Any], changes: list[FileChange]
+        self,
+        name: str,
+        call_id: str,
+        arguments: Mapping[str, Any],
+        changes: list[FileChange],
+        delegated: list[str],
     ) -> str:
         tool = self.tools.get(name)
         if tool is None:
@@ -148,13 +161,22 @@ class ToolSteps(Finishing):
                 f"unknown tool {clip(name)!r}",
                 hint=f"use one of: {', '.join([*self.tools, FINISH_TOOL])}",
             )
+        timeout, left = self.limits.tool_timeout, self._seconds_left()
+        by_budget = left is not None and left < timeout
         try:
-            ctx = dataclasses.replace(self.ctx, changes=changes, step=self.steps, call_id=call_id)
-            async with asyncio.timeout(self.limits.tool_timeout) as deadline:
+            ctx = dataclasses.replace(
+                self.ctx, changes=changes, step=self.steps, call_id=call_id, delegated=delegated
+            )
+            async with asyncio.timeout(left if by_budget else timeout) as deadline:
                 return await tool(arguments, ctx)
         except TimeoutError:
             if not deadline.expired():
                 raise  # the tool's own timeout, reported as its failure
+            if by_budget:
+                raise ToolError(
+                    f"{name} was stopped: the run's time budget ran out",
+                    hint="raise limits.budget.seconds for the pack (or --max-seconds)",
+                ) from None
             raise ToolError(
                 f"{name} did not finish within {self.limits.tool_timeout:g} s",
                 hint="try a smaller piece of work, or raise limits.tool_timeout for the pack",

@@ -22,6 +22,7 @@ from typing import Any
 from fabric.application.approvals import RecordedApprover
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, Kit
+from fabric.application.loop.window import recorded_window
 from fabric.application.pack import Pack
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.models import RunResult
@@ -104,12 +105,15 @@ async def replay(
         sandbox,
         meta={"replay_of": recording.run_id},
     )
+    window, reply = recorded_window(recording.started)
     replaying = dataclasses.replace(
         kit,
         chat=chat,
         runlog=WatchingRunLog(kit.runlog, recording, state),
         commands=kit.commands if live else None,
         tool_updates=updates,
+        context_size=window,
+        reply_tokens=reply,  # it elides what the run elided
     )
     # an "ask" gets the answer it got then
     result = await execute_task(

@@ -17,6 +17,7 @@ import structlog
 
 from fabric.application.job import Control, RunRequest
 from fabric.application.ports import TaskExecutor, TaskStore
+from fabric.config.schema import Budget
 from fabric.domain.clock import Clock, iso_z, utc_now
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.policy import ApprovalAnswer, Scope
@@ -75,6 +76,8 @@ class TaskService(Generic[R]):
         self.resuming: set[str] = set()
         """Tasks a resume request is putting back in the queue (see resume.py)."""
         self.used: dict[str, dict[str, str]] = {}
+        self.spent: dict[str, dict[str, float]] = {}
+        """What each running task with a budget has spent so far (``llm_response.spent``)."""
         """The model (and backend) running tasks' runs use, from their run_started: the task
         shows them at once, and keeps them when it ends."""
 
@@ -98,6 +101,7 @@ class TaskService(Generic[R]):
         max_steps: int | None = None,
         verify: str | None = None,
         priority: int = 0,
+        budget: Mapping[str, float] | None = None,
     ) -> TaskRecord:
         """Check a task (as ``fabric run`` would, within the workspace roots, with only the
         pack's own programs as its ``verify``), store it as queued and hand it to the
@@ -115,6 +119,7 @@ class TaskService(Generic[R]):
             backend=backend,
             max_steps=max_steps,
             verify=verify,
+            budget=_budget(budget),
         )
         folder = await self.runner.admit(asked, roots=self.roots, remote=True)
         if not self.executor.accepting:
@@ -131,6 +136,7 @@ class TaskService(Generic[R]):
             created_at=self.now(),
             verify=verify,
             priority=priority,
+            budget=asked.budget.set() if asked.budget is not None else None,
         )
         # The database keeps no secret: the run gets the task as it was sent, the store a
         # redacted copy (which a task still queued when the server stops runs from later).
@@ -176,6 +182,8 @@ class TaskService(Generic[R]):
         task_id = record.id
         if record.status in (RUNNING, AWAITING_APPROVAL) and task_id in self.progress:
             record = replace(record, steps=self.progress[task_id])
+            if task_id in self.spent:
+                record = replace(record, spent=self.spent[task_id])
         used = self.used.get(task_id)
         if used:
             model, backend = used.get("model", record.model), used.get("backend", record.backend)
@@ -250,6 +258,7 @@ class TaskService(Generic[R]):
                     max_steps=record.max_steps,
                     verify=record.verify,
                     run_id=task_id,
+                    budget=_budget(record.budget),
                 )
                 result = await self.durable.run(request, control)
             else:  # resumed after it ended (POST /tasks/{id}/resume): on in its runlog
@@ -278,6 +287,8 @@ class TaskService(Generic[R]):
         self.progress.pop(task_id, None)
         self.approvals.forget(task_id)
         fields.update(self.used.pop(task_id, {}))
+        if task_id in self.spent:
+            fields["spent"] = self.spent.pop(task_id)
         kept = self.runner.secrets.redact_obj(fields)
         await self.store.update(task_id, status=status, finished_at=self.now(), **kept)
         self._wake(task_id)
@@ -297,6 +308,9 @@ class TaskService(Generic[R]):
         if event["kind"] == "llm_request":
             self.progress[task_id] = int(event.get("step", 0))
             self.store.note(task_id, steps=self.progress[task_id])
+        elif event["kind"] in ("llm_response", "run_finished") and _spent(event) is not None:
+            self.spent[task_id] = _spent(event) or {}
+            self.store.note(task_id, spent=self.spent[task_id])
         elif event["kind"] == "run_started" and event.get("model"):
             self.used[task_id] = _used(event)
             self.store.note(task_id, **self.used[task_id])
@@ -310,6 +324,27 @@ class TaskService(Generic[R]):
 
 
 _SHUTTING_DOWN = "the service is shutting down; no new tasks are taken"
+
+
+def _budget(limits: Mapping[str, float] | None) -> Budget | None:
+    """A task's own budget (its record keeps the limits by name); ConfigError when bad."""
+    given = {k: v for k, v in (limits or {}).items() if v is not None}
+    if not given:
+        return None
+    try:
+        return Budget.model_validate(given)
+    except ValueError as exc:
+        names = "tokens, cost_usd, seconds, tool_calls, model_calls"
+        raise ConfigError(f"the task's budget is not valid: {exc}", hint=names) from exc
+
+
+def _spent(event: Mapping[str, Any]) -> dict[str, float] | None:
+    """What a run has spent so far, from its ``llm_response`` or ``run_finished`` event."""
+    if event["kind"] == "run_finished":
+        budget = event.get("budget")
+        return dict(budget["used"]) if isinstance(budget, Mapping) else None
+    spent = event.get("spent")
+    return dict(spent) if isinstance(spent, Mapping) else None
 
 
 def _used(started: Mapping[str, Any]) -> dict[str, str]:

@@ -23,13 +23,14 @@ from .llm import (
     Timeouts,
 )
 from .mcp import McpServerSettings, McpUse, check_server_name
-from .packs import Limits, PackSettings, RawPackSection, VerifySettings
+from .packs import Budget, Limits, PackSettings, RawPackSection, VerifySettings
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
 
 __all__ = [
     "AnthropicBackend",
     "Backend",
+    "Budget",
     "EmbeddedBackend",
     "FabricConfig",
     "FallbackStep",
@@ -70,6 +71,18 @@ class FabricConfig(_Strict):
         description="MCP servers by name, whose tools packs may use (a pack's mcp: list).",
     )
     packs: dict[str, RawPackSection] = Field(default_factory=dict, description="Packs by name.")
+
+    @field_validator("packs")
+    @classmethod
+    def _delegates_are_packs(cls, packs: dict[str, RawPackSection]) -> dict[str, RawPackSection]:
+        for name, section in packs.items():
+            unknown = [d for d in section.delegates if d not in packs]
+            if unknown:
+                raise ValueError(
+                    f"packs.{name}.delegates names {', '.join(unknown)}, which is not a pack "
+                    f"here (packs: {', '.join(packs)})"
+                )
+        return packs
 
     @field_validator("mcp_servers")
     @classmethod

@@ -79,6 +79,13 @@ class ModelOptions(_Strict):
         ge=256,
         description="Context window to ask Ollama for (default: the model's own, up to 32768).",
     )
+    context_size: int | None = Field(
+        None,
+        ge=512,
+        description="The model's context window in tokens, where its server does not say (or "
+        "says more than it serves): runs keep their requests inside it (older tool outputs "
+        "elided) and fail clearly when one would not fit.",
+    )
     temperature: float | None = Field(
         None,
         ge=0,

@@ -12,6 +12,38 @@ from .mcp import McpUse
 from .sandbox import SandboxSettings
 
 
+class Budget(_Strict):
+    """What a run may spend, in all: with the runs it delegates to (its task tree). A run that
+    reaches a limit ends ``budget_exceeded``; none is checked when unset."""
+
+    tokens: int | None = Field(
+        None, ge=1, description="Prompt and completion tokens of every model call."
+    )
+    cost_usd: float | None = Field(
+        None,
+        gt=0,
+        description="US dollars of model calls, at the prices in llm.model_options (the "
+        "model needs both).",
+    )
+    seconds: float | None = Field(None, gt=0, description="Wall-clock time from the run's start.")
+    tool_calls: int | None = Field(None, ge=1, description="Tool calls, finish_task not counted.")
+    model_calls: int | None = Field(None, ge=1, description="Model calls.")
+
+    def tightened(self, other: Budget | None) -> Budget:
+        """The lower of the two for each limit (a run's own budget never widens its pack's)."""
+        if other is None:
+            return self
+        values = {}
+        for name in type(self).model_fields:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            values[name] = theirs if mine is None else mine if theirs is None else min(mine, theirs)
+        return Budget(**values)
+
+    def set(self) -> dict[str, float]:
+        """The limits that are set, by name."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class Limits(_Strict):
     """Bounds on one run."""
 
@@ -28,11 +60,23 @@ class Limits(_Strict):
         description="Seconds one tool call may take before the model is told it timed out "
         "(caps shell's command_timeout too).",
     )
+    max_depth: int = Field(
+        3,
+        ge=0,
+        le=10,
+        description="How many levels of delegation a run started with this pack may have "
+        "below it (0: it may not delegate).",
+    )
     tool_output_chars: int = Field(
         16_000,
         ge=256,
         description="Tool output longer than this is cut for the model; the full text is kept "
         "as an artifact beside the runlog.",
+    )
+    budget: Budget = Field(
+        default_factory=Budget,
+        description="What a run may spend in all, its delegated runs included: tokens, "
+        "cost_usd, seconds, tool_calls, model_calls (unset: no limit).",
     )
 
 
@@ -80,6 +124,12 @@ class PackSettings(BaseModel):
         default_factory=VerifySettings,
         description="How the work is checked before a run ends completed (per task: "
         "--verify / --no-verify, or the task's verify field).",
+    )
+    delegates: list[str] = Field(
+        default_factory=list,
+        description="Packs this pack may hand part of its task to: each becomes a tool "
+        "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
+        "works in the same workspace with its own tools, within this run's sandbox and policy.",
     )
 
 

@@ -64,6 +64,32 @@ class SandboxSettings(_Strict):
         "fabric/config/policy.py).",
     )
 
+    def within(self, outer: SandboxSettings) -> SandboxSettings:
+        """These settings, never more than ``outer`` allows (a delegated run's, inside the
+        run that delegated to it): the programs and variables both allow, the network only
+        when both allow it, the lower of each limit, and confinement unless both run
+        unconfined. The policy stays this one's; ``outer``'s is checked too (``PolicyGate``)."""
+        lower = {
+            name: min(getattr(self.resources, name), getattr(outer.resources, name))
+            for name in type(self.resources).model_fields
+        }
+        return self.model_copy(
+            update={
+                "confinement": outer.confinement
+                if self.confinement == "none"
+                else self.confinement,
+                "resources": ResourceLimits(**lower),
+                "allowed_commands": [
+                    c for c in self.allowed_commands if c in outer.allowed_commands
+                ],
+                "network": self.network and outer.network,
+                "allow_private_addresses": self.allow_private_addresses
+                and outer.allow_private_addresses,
+                "command_timeout": min(self.command_timeout, outer.command_timeout),
+                "env_passthrough": [n for n in self.env_passthrough if n in outer.env_passthrough],
+            }
+        )
+
     @field_validator("env_passthrough")
     @classmethod
     def _no_secrets(cls, names: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dbos import DBOS, DBOSConfig, Serializer, SetWorkflowID
 
 from fabric.application.job import Control, RunRequest
+from fabric.config.schema import Budget
 from fabric.domain.errors import ConfigError, RunError
 from fabric.domain.models import RunResult, RunStatus, Usage
 from fabric.domain.secrets import Secrets
@@ -218,7 +219,12 @@ def _register() -> Any:
         if given is None:
             fields = dict(request)
             workspace = fields.pop("workspace", None)
-            given = RunRequest(**fields, workspace=None if workspace is None else Path(workspace))
+            budget = fields.pop("budget", None)
+            given = RunRequest(
+                **fields,
+                workspace=None if workspace is None else Path(workspace),
+                budget=None if budget is None else Budget(**budget),
+            )
         result = await run(given, control, DbosCheckpoints(secrets))
         return _result_json(result)
 
@@ -235,6 +241,7 @@ def _request_json(request: RunRequest) -> dict[str, Any]:
         "max_steps": request.max_steps,
         "verify": request.verify,
         "run_id": request.run_id,
+        "budget": None if request.budget is None else request.budget.set(),
     }
 
 

@@ -224,11 +224,11 @@ class DbosTasks:
     def note(self, task_id: str, **fields: Any) -> None:
         """Fields of a running task other processes show (steps so far, the model used, the
         calls waiting for a person), or a heartbeat; written in the background, the latest
-        value winning. Steps and heartbeats are written every ``NOTE_EVERY`` seconds, all
-        tasks' at once (a database write a step would be a cost every step pays); anything
-        else at once."""
+        value winning. Steps, what was spent and heartbeats are written every ``NOTE_EVERY``
+        seconds, all tasks' at once (a database write a step would be a cost every step pays);
+        anything else at once."""
         self._notes.setdefault(task_id, {}).update(fields)
-        if not set(fields) <= {"steps", "beat"}:
+        if not set(fields) <= {"steps", "beat", "spent"}:
             self._urgent.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_notes())

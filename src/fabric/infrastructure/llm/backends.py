@@ -209,3 +209,19 @@ class Backends:
         for server in self._embedded.values():
             await server.stop()
         self._embedded.clear()
+
+
+def window_of(info: ModelInfo | None, backend: Backend, options: ModelOptions) -> int | None:
+    """The context window a run gets (as ``Backends.client`` sets it up), which is not the
+    model's own maximum (``context_length``) where fabric configures one: the model's
+    ``context_size`` option when set; the embedded server's ``context_size``; for Ollama the
+    model's ``num_ctx`` option, else the model's own window up to a cap. Other servers decide
+    for themselves: their model's window (None when they do not say)."""
+    if options.context_size is not None:
+        return options.context_size
+    if isinstance(backend, EmbeddedBackend):
+        return backend.context_size
+    if isinstance(backend, OllamaBackend):
+        window = (info.context_length if info else None) or DEFAULT_NUM_CTX
+        return options.num_ctx or min(window, MAX_AUTO_NUM_CTX)
+    return info.context_length if info else None

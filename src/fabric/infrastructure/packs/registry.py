@@ -20,9 +20,10 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
+from fabric.application.delegation import PREFIX
 from fabric.application.pack import Pack
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import PackSettings
+from fabric.config.schema import PackSettings, SandboxSettings
 from fabric.domain.errors import ConfigError, PackError
 from fabric.infrastructure.tools.verifiers import CommandVerifier
 
@@ -53,6 +54,15 @@ class LoadedPack:
         if verify.strip() != "off":
             kept += (CommandVerifier(verify, when="always", timeout=self.settings.verify.timeout),)
         return dataclasses.replace(self, pack=dataclasses.replace(self.pack, verifiers=kept))
+
+    def within(self, outer: SandboxSettings) -> LoadedPack:
+        """This pack for a run delegated by one whose sandbox is ``outer``: never more than
+        that allows (``SandboxSettings.within``)."""
+        sandbox = self.settings.sandbox.within(outer)
+        settings = self.settings.model_copy(update={"sandbox": sandbox})
+        return dataclasses.replace(
+            self, pack=dataclasses.replace(self.pack, sandbox=sandbox), settings=settings
+        )
 
     @property
     def starts_commands(self) -> bool:
@@ -152,7 +162,7 @@ def _check_policy_tools(
 ) -> None:
     """A policy rule for a tool the pack does not have would never match: a misspelt name
     must not silently turn an intended ``deny`` into the default."""
-    tools = pack.tool_names()
+    tools = [*pack.tool_names(), *(f"{PREFIX}{d}" for d in settings.delegates)]
     servers = tuple(f"{use.server}__" for use in settings.mcp)  # their tools: known per run
     for index, rule in enumerate(settings.sandbox.policy.rules):
         if rule.tool not in tools and not rule.tool.startswith(servers or ("\0",)):

@@ -10,6 +10,8 @@ from typing import Any
 from .policy_lines import POLICY_KINDS, describe_policy
 
 _ARG_CHARS = 70
+_BUDGET = "\0budget"
+"""Where ``pending`` keeps the run's budget (from ``run_started``)."""
 _FROM_TEXT = "\0from_text"
 
 
@@ -64,10 +66,11 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
     """One line for the events a person follows; None for the rest."""
     kind = event["kind"]
     if kind == "run_started":
+        pending[_BUDGET] = (event.get("limits") or {}).get("budget") or {}
         return (
             f"run {event['run_id']} · pack {event.get('pack')} · "
             f"model {event.get('model') or '(none)'}{_confinement(event.get('confinement'))}"
-            f"{' · durable' if event.get('durable') else ''}\n"
+            f"{' · durable' if event.get('durable') else ''}{_delegated_by(event)}\n"
             f"task: {_first_line(str(event.get('task', '')), 200)}"
         )
     if kind == "llm_request":
@@ -82,6 +85,9 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
             lines.append(f"  step {event['step']:>2}  model: {_first_line(content)}")
 
         lines += [f"  step {event['step']:>2}  warning: {w}" for w in event.get("warnings", ())]
+        if isinstance(event.get("spent"), Mapping):
+            spent = spent_line(event["spent"], pending.get(_BUDGET) or {})
+            lines.append(f"  step {event['step']:>2}  spent: {spent}")
         return "\n".join(lines) or None
     if kind == "llm_retry":
         error = event.get("error") or {}
@@ -112,7 +118,18 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
                 outcome = f"{status[1:-1]} · {event.get('duration_ms', 0):.0f} ms"
         else:
             outcome = f"error: {_first_line((event.get('error') or {}).get('message', ''), 90)}"
+        runs = ", ".join(str(r) for r in event.get("child_run_ids") or ())
+        if runs:  # a delegation: where its own log is
+            outcome += f" · run {runs}"
         return f"{head.rstrip()}  → {outcome}"
+    if kind == "context_compacted":
+        elided = event.get("elided") or ()
+        chars = sum(int(e.get("chars", 0)) for e in elided)
+        return (
+            f"  step {event['step']:>2}  context: elided {len(elided)} old output(s), "
+            f"{chars:,} characters, to stay inside the {event.get('window', 0):,}-token window "
+            f"(about {event.get('tokens_before', 0):,} → {event.get('tokens_after', 0):,} tokens)"
+        )
     if kind == "nudge":
         return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
     if kind == "verification":
@@ -152,6 +169,29 @@ def _verification(event: Mapping[str, Any]) -> str | None:
         shown = evidence.splitlines()[:12]
         line += "".join(f"\n             {_first_line(s, 110)}" for s in shown)
     return line
+
+
+def _delegated_by(started: Mapping[str, Any]) -> str:
+    parent = started.get("parent")
+    if not isinstance(parent, Mapping):
+        return ""
+    return f" · delegated by run {parent.get('run_id')} (call {parent.get('call_id')})"
+
+
+def spent_line(used: Mapping[str, Any], limits: Mapping[str, Any]) -> str:
+    """``1,240/5,000 tokens · 2 tool calls · 4.1/60 s``: what a run spent so far, against the
+    limits of its budget where it has them."""
+    parts = []
+    for name, unit in (("tokens", "tokens"), ("tool_calls", "tool calls"),
+                       ("model_calls", "model calls")):  # fmt: skip
+        limit = limits.get(name)
+        parts.append(f"{used.get(name, 0):,}{f'/{limit:,}' if limit else ''} {unit}")
+    seconds = limits.get("seconds")
+    parts.append(f"{used.get('seconds', 0):.1f}{f'/{seconds:g}' if seconds else ''} s")
+    if used.get("cost_usd") or limits.get("cost_usd"):
+        cost = limits.get("cost_usd")
+        parts.append(f"${used.get('cost_usd', 0):.4f}{f'/${cost:g}' if cost else ''}")
+    return " · ".join(parts)
 
 
 def _outcome(end: Mapping[str, Any]) -> str:

@@ -37,6 +37,23 @@ def run(
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Model calls at most.", min=1)
     ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", help="Budget: tokens in all (limits.budget).", min=1),
+    ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option("--max-cost", help="Budget: US dollars (needs the model's prices).", min=0),
+    ] = None,
+    max_seconds: Annotated[
+        float | None, typer.Option("--max-seconds", help="Budget: wall-clock seconds.", min=0)
+    ] = None,
+    max_tool_calls: Annotated[
+        int | None, typer.Option("--max-tool-calls", help="Budget: tool calls.", min=1)
+    ] = None,
+    max_model_calls: Annotated[
+        int | None, typer.Option("--max-model-calls", help="Budget: model calls.", min=1)
+    ] = None,
     backend: BackendOpt = None,
     as_json: JsonOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
@@ -68,6 +85,7 @@ def run(
     every check passed but none could confirm it (read the result), 1 when it was not done."""
 
     from fabric.application.job import Control, RunRequest
+    from fabric.config.schema import Budget
     from fabric.domain.errors import ConfigError
     from fabric.infrastructure.runlog import new_run_id
     from fabric.interfaces.compose import build_runner
@@ -94,6 +112,14 @@ def run(
     progress = None if quiet else Progress(sys.stderr, live=live, secrets=runner.secrets)
     run_id = new_run_id()
 
+    limits = {"tokens": max_tokens, "cost_usd": max_cost, "seconds": max_seconds,
+              "tool_calls": max_tool_calls, "model_calls": max_model_calls}  # fmt: skip
+    budget = None
+    if any(v is not None for v in limits.values()):
+        try:
+            budget = Budget.model_validate(limits)
+        except ValueError as exc:
+            fail(ConfigError(f"the run's budget is not valid: {exc}"), as_json=as_json, code=2)
     request = RunRequest(
         name,
         task,
@@ -103,6 +129,7 @@ def run(
         max_steps=max_steps,
         verify="off" if no_verify else verify,
         run_id=run_id,
+        budget=budget,
     )
     control = Control(
         approver=cli_approver(yes=yes, progress=progress),

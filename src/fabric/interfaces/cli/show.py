@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from fabric.domain.errors import ConfigError
+from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.runlog import check_versions
 
 from .event_lines import describe_event
@@ -65,22 +65,56 @@ def show_timeline(
     events: list[dict[str, Any]], path: Path, out: TextIO, *, complete: bool = True
 ) -> None:
     """The timeline of ``events``; with ``complete`` (the whole log, unfiltered), also the
-    payload, or a note when the run has no end yet."""
-    pending: dict[str, Mapping[str, Any]] = {}
-    finished = None
-    for event in events:
-        if event["kind"] == "run_started":
-            out.write(f"started {event['ts']}\n")
-        line = describe_event(event, pending)
-        if line is not None:
-            out.write(line + "\n")
-        if event["kind"] == "run_finished":
-            finished = event
+    payload, or a note when the run has no end yet. The runs a call delegated to are shown
+    under it, indented (ADR 0021)."""
+    finished = _timeline(events, path, out, "", {path.parent.name})
     if complete and finished is None:
         out.write("(no run_finished: the run is still going, or it was killed)\n")
     elif complete and finished is not None and finished.get("payload") is not None:
         out.write(json.dumps(finished["payload"], indent=2, ensure_ascii=False) + "\n")
     out.write(f"runlog: {path}\n")
+
+
+def _timeline(
+    events: list[dict[str, Any]], path: Path, out: TextIO, indent: str, seen: set[str]
+) -> Mapping[str, Any] | None:
+    """Write the timeline lines of ``events`` with ``indent``, each delegated run's below its
+    call; return the run's ``run_finished`` (None: none yet)."""
+    pending: dict[str, Mapping[str, Any]] = {}
+    finished = None
+    for event in events:
+        if event["kind"] == "run_started":
+            out.write(f"{indent}started {event['ts']}\n")
+        line = describe_event(event, pending)
+        if line is not None:
+            out.write("".join(f"{indent}{part}\n" for part in line.split("\n")))
+        for child in event.get("child_run_ids") or () if event["kind"] == "tool_result" else ():
+            _child_timeline(str(child), path, out, indent + "    │ ", seen)
+        if event["kind"] == "run_finished":
+            finished = event
+    return finished
+
+
+def _child_timeline(run_id: str, path: Path, out: TextIO, indent: str, seen: set[str]) -> None:
+    """A delegated run's timeline, read from its runlog beside ``path``'s run."""
+    from fabric.infrastructure.runlog import RUNLOG_NAME, read_runlog
+
+    child = path.parent.parent / run_id / RUNLOG_NAME
+    if Path(run_id).name != run_id or run_id in ("", ".", ".."):
+        out.write(f"{indent}(delegated run {run_id!r}: not a run id)\n")
+        return
+    if run_id in seen or not child.is_file():
+        out.write(f"{indent}(delegated run {run_id}: no runlog at {child})\n")
+        return
+    seen.add(run_id)
+    try:
+        events, _problems = read_runlog(child)
+    except FabricError as exc:
+        out.write(f"{indent}(delegated run {run_id}: its runlog cannot be read: {exc})\n")
+        return
+    end = _timeline(events, child, out, indent, seen)
+    if end is None:
+        out.write(f"{indent}(no run_finished: the delegated run is still going, or was killed)\n")
 
 
 def follow_runlog_lines(

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fabric.application.job import Control
 from fabric.application.pack import FINISH_TOOL
 from fabric.config.schema import ServeSettings
 from fabric.interfaces.runner import Runner
@@ -21,7 +22,7 @@ def pack_details(
     """``policy``, ``limits``, ``finish_schema``, ``tools_detail`` and ``inputs`` of pack
     ``name`` (as configured: the policy and limits a task of it runs with)."""
     loaded = runner.pack(name)
-    pack, settings = loaded.pack, loaded.settings
+    pack, settings = runner.with_delegates(loaded.pack, loaded, None, Control()), loaded.settings
     tools = [
         {"name": t.spec.name, "description": t.spec.description, "parameters": t.spec.parameters}
         for t in pack.tools
@@ -45,5 +46,6 @@ def pack_details(
             "verify": list(settings.sandbox.allowed_commands),
             "verify_default": settings.verify.command,
             "max_steps": {"default": settings.limits.max_steps, "max": MAX_STEPS},
+            "budget": settings.limits.budget.set(),  # a task's own may only be lower
         },
     }

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from fabric.application.tasks import Conflict, NotFound, ServiceUnavailable
+from fabric.config.schema import Budget
 from fabric.domain.errors import ConfigError, FabricError, ModelError, PackError
 from fabric.domain.tasks import TaskRecord
 from fabric.infrastructure.tools.search_check import SearchUnavailable
@@ -63,6 +64,12 @@ class TaskIn(BaseModel):
         "unless serve.share_workspaces is set.",
     )
     max_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Model calls at most.")
+    budget: Budget | None = Field(
+        None,
+        description="Limits on what the task's run may spend: tokens, cost_usd, seconds, "
+        "tool_calls, model_calls. Each only tightens the pack's limits.budget; the task ends "
+        "'budget_exceeded' when one is reached, and its record shows what was spent.",
+    )
     verify: str | None = Field(
         None,
         min_length=1,

@@ -18,7 +18,8 @@ import {
 const LIVE = new Set(["running", "queued", "awaiting_approval"]);
 const STATUSES = [
   "running", "queued", "awaiting_approval", "completed", "completed_unconfirmed",
-  "completed_from_text", "unverified", "invalid_output", "max_steps", "cancelled", "failed",
+  "completed_from_text", "unverified", "invalid_output", "max_steps", "budget_exceeded",
+  "cancelled", "failed",
   "interrupted",
 ];
 const enc = encodeURIComponent;

@@ -1,0 +1,115 @@
+"""A run's requests kept inside its model's context window (see ``window.py``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fabric.domain.errors import ModelContextLengthError, ToolError
+from fabric.domain.models import Message, RunStatus
+
+from .finish import Finishing
+from .state import Stop, describe
+from .window import KEEP_TURNS, RECALL, RECALL_TOOL, SHORTEST, TARGET, TRIGGER, elided_note
+from .window import message_chars as _chars
+
+
+class Fitting(Finishing):
+    """The run's requests kept inside its model's window (``window``; None: unknown)."""
+
+    def _sending(self, wire: Sequence[Message]) -> list[Message]:
+        """``wire`` (the history as sent, ``_outgoing``) with the elided outputs replaced."""
+        if not self._elided:
+            return list(wire)
+        return [
+            {**m, "content": self._elided[at]} if at in self._elided else m
+            for at, m in enumerate(wire)
+        ]
+
+    def _size(self, wire: Sequence[Message]) -> int:
+        """The characters of the next request as it would be sent now: the history (the
+        elided outputs replaced) and the tool schemas."""
+        sent = self._sending(wire) if self._elided else wire
+        return len(json.dumps(self.tool_defs)) + sum(_chars(m) for m in sent)
+
+    def _fit(self, wire: Sequence[Message]) -> bool:
+        """Make the next request fit the window: elide old outputs when it comes near, fail
+        the run when it cannot fit. True when the tools offered changed (``recall_output``
+        offered from the first elision on)."""
+        window = self.window
+        assert window is not None
+        chars = self._size(wire)
+        before = int(chars * self._ratio)
+        offered = False
+        if before > TRIGGER * window.prompt:
+            elided = self._elide(wire, chars - int(TARGET * window.prompt / self._ratio))
+            if elided:
+                chars = self._size(wire)
+                self.log.emit(
+                    "context_compacted",
+                    {
+                        "step": self.steps,
+                        "window": window.size,
+                        "prompt_tokens_max": window.prompt,
+                        "tokens_before": before,
+                        "tokens_after": int(chars * self._ratio),
+                        "elided": elided,
+                    },
+                )
+                if not any(d["function"]["name"] == RECALL_TOOL for d in self.tool_defs):
+                    self.tool_defs = [*self.tool_defs, RECALL.as_openai()]
+                    offered = True
+        need = int(chars * self._ratio)
+        if need > window.prompt:
+            too_big = ModelContextLengthError(
+                f"the next request needs about {need:,} tokens, but the model's context window "
+                f"of {window.size:,} holds {window.prompt:,} besides the reply, even with "
+                "older tool outputs elided",
+                hint="use a model with a larger window (llm.model_options.<model>.context_size, "
+                "or the embedded backend's context_size), or give the run a smaller task",
+            )
+            raise Stop(RunStatus.FAILED, error=describe(too_big))
+        return offered
+
+    def _elide(self, wire: Sequence[Message], chars: int) -> list[dict[str, Any]]:
+        """Elide the oldest outputs outside the latest turns until about ``chars``
+        characters are saved; what was elided, for the runlog."""
+        turns = [at for at, m in enumerate(wire) if m.get("role") == "assistant"]
+        if len(turns) < KEEP_TURNS:
+            return []
+        done: list[dict[str, Any]] = []
+        step, names = 0, {}
+        for at in range(turns[-KEEP_TURNS]):
+            message = wire[at]
+            if message.get("role") == "assistant":  # a new turn: its calls' names
+                step += 1
+                names = {str(c.get("id")): str((c.get("function") or {}).get("name"))
+                         for c in message.get("tool_calls") or ()}  # fmt: skip
+            content = str(message.get("content") or "")
+            if message.get("role") != "tool" or at in self._elided or len(content) < SHORTEST:
+                continue
+            call_id = str(message.get("tool_call_id"))
+            ref = f"{step}:{call_id}"  # a call id alone may come back in a later turn
+            self._elided[at] = note = elided_note(len(content), ref)
+            self._refs[ref] = at
+            done.append({"ref": ref, "call_id": call_id, "tool": names.get(call_id),
+                         "chars": len(content)})  # fmt: skip
+            chars -= len(content) - len(note)
+            if chars <= 0:
+                break
+        return done
+
+    def _counted(self, chars: int, prompt_tokens: int) -> None:
+        """The server counted ``prompt_tokens`` for a request of ``chars`` characters: the
+        tokens a character from now on."""
+        if prompt_tokens > 0 and chars > 0:
+            self._ratio = prompt_tokens / chars
+
+    def _recall(self, arguments: Mapping[str, Any]) -> str:
+        """``recall_output``: an elided output, whole, from the run's history."""
+        ref = str(arguments.get("ref"))
+        if ref not in self._refs:
+            known = ", ".join(self._refs)
+            raise ToolError(f"no elided output has ref {ref!r}", hint=f"the elided ones: {known}")
+        return str(self.messages[self._refs[ref]].get("content") or "")

@@ -1,0 +1,99 @@
+"""Keeping what a run sends inside its model's context window (ADR 0021).
+
+Before each model call, a run whose window is known counts what it is about to send: the
+characters of the history and the tool schemas, at the tokens a character the server counted
+for the run's last request (a third of a token before it has counted any). Past three
+quarters of the room left for the prompt, the oldest tool outputs outside the latest turns
+are replaced by a short reference (their call id), until the request is back under half of
+it; the model can read any of them back with ``recall_output``. The history the run keeps,
+and the runlog, hold every output whole; each compaction is a ``context_compacted`` event, and
+since it depends only on the history and the recorded token counts, a replay makes the same
+one. A request that still does not fit ends the run with an error that says so, rather than
+leaving it to the server to cut the prompt without a word."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from fabric.domain.models import ToolSpec
+
+RECALL_TOOL = "recall_output"
+RECALL = ToolSpec(
+    RECALL_TOOL,
+    "Read again, whole, a tool output that was elided from the conversation to save context.",
+    {
+        "type": "object",
+        "properties": {"ref": {"type": "string", "description": "The ref the elision names."}},
+        "required": ["ref"],
+        "additionalProperties": False,
+    },
+)
+KEEP_TURNS = 2
+"""The latest model turns whose tool outputs are never elided."""
+TRIGGER, TARGET = 0.75, 0.5
+"""Compact past this share of the prompt's room, down to that share."""
+FIRST_RATIO = 1 / 3
+"""Tokens a character before the server has counted a request of the run."""
+SHORTEST = 400
+"""Outputs shorter than this many characters are not worth eliding."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A model's context window and the part of it kept free for the reply."""
+
+    size: int
+    reserve: int
+
+    @property
+    def prompt(self) -> int:
+        """The tokens a request may have."""
+        return self.size - self.reserve
+
+    @classmethod
+    def of(cls, size: int, max_tokens: int | None = None) -> Window:
+        """A window of ``size`` tokens, keeping the reply's ``max_tokens`` free (a quarter of
+        the window, at most 2,048, when the reply has no limit)."""
+        reserve = max_tokens if max_tokens is not None else min(2048, size // 4)
+        return cls(size, min(reserve, size // 2))
+
+
+def recorded_window(started: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """The window a recorded run had (its ``run_started.context``) and its reply's limit,
+    for ``Kit``: a replay or a resume of it counts and elides as it did."""
+    context = started.get("context")
+    if not isinstance(context, Mapping):
+        return None, None
+    return context.get("window"), context.get("reply_tokens")
+
+
+def message_chars(message: Mapping[str, Any]) -> int:
+    """About the characters ``message`` adds to a request."""
+    size = len(str(message.get("content") or ""))
+    calls = message.get("tool_calls")
+    return size + (len(json.dumps(calls)) if calls else 0) + 16  # the role and framing
+
+
+def elided_note(chars: int, ref: str) -> str:
+    return (
+        f"[output elided to save context: {chars:,} characters; call {RECALL_TOOL} with "
+        f'ref "{ref}" to read it whole again]'
+    )
+
+
+__all__ = [
+    "FIRST_RATIO",
+    "KEEP_TURNS",
+    "RECALL",
+    "RECALL_TOOL",
+    "SHORTEST",
+    "TARGET",
+    "TRIGGER",
+    "Window",
+    "elided_note",
+    "message_chars",
+    "recorded_window",
+]

@@ -1,0 +1,131 @@
+"""Context that fits (ADR 0021): a run whose model's window is known elides its oldest tool
+outputs when its requests come near the window, says so in the runlog, lets the model read
+them back, replays the same way, and fails clearly when a request cannot fit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from support import assert_valid_runlog
+from test_replay import do_replay
+
+from fabric.application.execute_task import execute_task
+from fabric.application.job import Job, Kit
+from fabric.application.pack import Pack
+from fabric.domain.models import ChatResponse, Message, RunStatus, Usage
+from fabric.infrastructure.tools.function_tool import FunctionTool
+from fabric.testing import FunctionChatClient, MemoryRunLog, tool_call, tool_calls
+
+PAGE = 3000
+"""Characters of each page the tool reads."""
+
+
+def page(number: int) -> str:
+    """Read one page of the book.
+
+    Args:
+        number: Which page.
+    """
+    return f"page {number}: " + ("lorem ipsum " * 400)[:PAGE]
+
+
+def _pack() -> Pack:
+    return Pack("reader", "reads", "You read.", [FunctionTool(page)], {"type": "object"})
+
+
+class Reader:
+    """Reads pages 1..``pages``, then asks for page 1 back when it was elided, then finishes;
+    counts prompt tokens as a third of the characters it is sent, as a server would."""
+
+    def __init__(self, pages: int) -> None:
+        self.pages = pages
+        self.sent: list[list[Message]] = []
+        self.tools: list[list[str]] = []
+
+    async def __call__(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ChatResponse:
+        self.sent.append(list(messages))
+        self.tools.append([t["function"]["name"] for t in tools])
+        step = sum(1 for m in messages if m.get("role") == "assistant") + 1
+        usage = Usage(sum(len(str(m.get("content") or "")) for m in messages) // 3, 10)
+        if step <= self.pages:
+            return tool_calls(("page", {"number": step}), usage=usage)
+        first = next(m for m in messages if m.get("role") == "tool")
+        if "elided" in str(first["content"]) and step == self.pages + 1:
+            return tool_calls(("recall_output", {"ref": "1:call_0"}), usage=usage)
+        return tool_calls(("finish_task", {}), usage=usage)
+
+
+def _run(tmp_path: Path, reader: Reader, window: int) -> tuple[Any, list[dict[str, Any]]]:
+    log = MemoryRunLog("w-1")
+    kit = Kit(FunctionChatClient(reader), log, context_size=window)
+    result = asyncio.run(execute_task(Job("read the book", _pack(), "w-1", tmp_path), kit))
+    return result, assert_valid_runlog(log.events)
+
+
+def test_old_outputs_are_elided_near_the_window_and_can_be_read_back(tmp_path: Path) -> None:
+    reader = Reader(pages=5)
+    result, events = _run(tmp_path, reader, window=4096)
+    assert result.status is RunStatus.COMPLETED, result.error
+    compactions = [e for e in events if e["kind"] == "context_compacted"]
+    compacted = compactions[0]
+    assert compacted["window"] == 4096 and compacted["prompt_tokens_max"] == 3072
+    assert all(c["tokens_after"] < c["tokens_before"] for c in compactions)
+    elided = compacted["elided"]
+    assert elided[0] == {"ref": "1:call_0", "call_id": "call_0", "tool": "page", "chars": PAGE + 8}
+    # each output is elided once, oldest first (a call id may come back: the ref has the step)
+    refs = [d["ref"] for c in compactions for d in c["elided"]]
+    assert refs == sorted(set(refs)) and refs[0] == "1:call_0"
+    step = compacted["step"]
+    # the request of that step sends a reference in place of the oldest page...
+    sent = reader.sent[step - 1]
+    first = next(m for m in sent if m.get("role") == "tool")
+    assert "output elided to save context" in first["content"]
+    assert 'call recall_output with ref "1:call_0"' in first["content"]
+    # ...keeps the latest turns whole, and offers recall_output from then on
+    assert str(sent[-1]["content"]).startswith("page ")
+    assert reader.tools[step - 2] == ["page", "finish_task"]
+    assert reader.tools[step - 1] == ["page", "finish_task", "recall_output"]
+    # the runlog keeps every output whole
+    outputs = [e["output"] for e in events if e["kind"] == "tool_result" and e["name"] == "page"]
+    assert all(len(o) == PAGE + 8 for o in outputs)
+    # the model read page 1 back, whole
+    [recalled] = [e for e in events if e["kind"] == "tool_result" and e["name"] == "recall_output"]
+    assert recalled["ok"] and recalled["output"] == page(1)
+
+    # a replay compacts the same way and is identical
+    report, replayed = do_replay(events, _pack(), tmp_path)
+    assert report.identical, report.divergence
+    again = [e for e in replayed if e["kind"] == "context_compacted"]
+    assert [e["elided"] for e in again] == [c["elided"] for c in compactions]
+
+
+def test_a_run_without_a_known_window_elides_nothing(tmp_path: Path) -> None:
+    reader = Reader(pages=5)
+    log = MemoryRunLog("w-2")
+    result = asyncio.run(
+        execute_task(Job("read", _pack(), "w-2", tmp_path), Kit(FunctionChatClient(reader), log))
+    )
+    assert result.status is RunStatus.COMPLETED
+    assert not [e for e in log.events if e["kind"] == "context_compacted"]
+
+
+def test_a_request_that_cannot_fit_ends_the_run_with_a_clear_error(tmp_path: Path) -> None:
+    async def huge(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]) -> ChatResponse:
+        return tool_call("page", number=1)
+
+    log = MemoryRunLog("w-3")
+    kit = Kit(FunctionChatClient(huge), log, context_size=1024)
+    big = "x" * 5000
+    result = asyncio.run(execute_task(Job(big, _pack(), "w-3", tmp_path), kit))
+    events = assert_valid_runlog(log.events)
+    assert result.status is RunStatus.FAILED
+    error = events[-1]["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert "context window of 1,024 holds 768 besides the reply" in error["message"]
+    assert "context_size" in error["hint"]
+    assert not [e for e in events if e["kind"] == "llm_response"]  # never sent
