@@ -17,7 +17,7 @@ from fabric.application.job import Job, Kit
 from fabric.application.pack import Pack
 from fabric.domain.models import ChatResponse, Message, RunStatus, Usage
 from fabric.infrastructure.tools.function_tool import FunctionTool
-from fabric.testing import FunctionChatClient, MemoryRunLog, tool_call, tool_calls
+from fabric.testing import FunctionChatClient, MemoryRunLog, reply, tool_call, tool_calls
 
 PAGE = 3000
 """Characters of each page the tool reads."""
@@ -129,3 +129,73 @@ def test_a_request_that_cannot_fit_ends_the_run_with_a_clear_error(tmp_path: Pat
     assert "context window of 1,024 holds 768 besides the reply" in error["message"]
     assert "context_size" in error["hint"]
     assert not [e for e in events if e["kind"] == "llm_response"]  # never sent
+
+
+class Thinker:
+    """Thinks aloud at length each step (long replies, short outputs: eliding cannot help),
+    reads a page, finishes at step ``last``; writes the notes a summary request asks for."""
+
+    NOTES = "NOTES: read pages 1 to 3; nothing left but to finish."
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+        self.sent: list[list[Message]] = []
+        self.summaries = 0
+
+    async def __call__(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ChatResponse:
+        chars = sum(len(str(m.get("content") or "")) for m in messages)
+        usage = Usage(chars // 3, 50)
+        if str(messages[0]["content"]).startswith("You write the working notes"):
+            self.summaries += 1
+            assert not tools  # a summary offers no tools
+            return reply(self.NOTES, usage=usage)
+        self.sent.append(list(messages))
+        step = len(self.sent)  # the history sent no longer has every turn
+        thought = f"step {step}: " + "I am thinking about what to read next. " * 60
+        if step >= self.last:
+            response = tool_calls(("finish_task", {}), usage=usage)
+        else:
+            response = tool_calls(("short", {}), usage=usage)
+        message = {**response.message, "content": thought}
+        return ChatResponse(message, thought, response.tool_calls, usage, "tool_calls")
+
+
+def short() -> str:
+    """Look around."""
+    return "nothing new"
+
+
+def test_when_eliding_is_not_enough_older_turns_are_summarised(tmp_path: Path) -> None:
+    thinker = Thinker(last=6)
+    log = MemoryRunLog("w-4")
+    pack = Pack("thinker", "thinks", "You think.", [FunctionTool(short)], {"type": "object"})
+    kit = Kit(FunctionChatClient(thinker), log, context_size=4096)
+    result = asyncio.run(execute_task(Job("think it through", pack, "w-4", tmp_path), kit))
+    events = assert_valid_runlog(log.events)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.steps == 6  # a summary is not a step
+    summarised = [e for e in events if e["kind"] == "context_compacted" and "summary" in e]
+    assert summarised and thinker.summaries == len(summarised)
+    first = summarised[0]
+    assert first["summary"]["text"] == Thinker.NOTES and first["elided"] == []
+    assert first["tokens_after"] < first["tokens_before"]
+    # the next request sends the task with the notes, then only the latest turns
+    sent = thinker.sent[first["step"] - 1]
+    assert sent[1]["content"].startswith("think it through")
+    through = first["summary"]["through_step"]
+    assert f"steps 1-{through} were summarised" in sent[1]["content"]
+    assert Thinker.NOTES in sent[1]["content"]
+    assert sum(1 for m in sent if m.get("role") == "assistant") == 2  # the two latest turns
+    # the summary's tokens count as the run's
+    replies = sum(e["usage"]["total_tokens"] for e in events if e["kind"] == "llm_response")
+    written = sum(e["summary"]["usage"]["total_tokens"] for e in summarised)
+    assert result.usage.total_tokens == replies + written
+
+    # a replay gets the recorded summaries back and is identical; the model is not asked
+    report, replayed = do_replay(events, pack, tmp_path)
+    assert report.identical, report.divergence
+    again = [e["summary"]["text"] for e in replayed if e["kind"] == "context_compacted"
+             if "summary" in e]  # fmt: skip
+    assert again == [e["summary"]["text"] for e in summarised]

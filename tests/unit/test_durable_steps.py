@@ -21,7 +21,7 @@ from fabric.config.schema import SandboxSettings
 from fabric.domain.errors import ToolError
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from fabric.infrastructure.tools.function_tool import FunctionTool
-from fabric.testing import MemoryRunLog, ScriptedChatClient, tool_call
+from fabric.testing import FunctionChatClient, MemoryRunLog, ScriptedChatClient, tool_call
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 
@@ -224,3 +224,30 @@ def _reply_of(body: Any) -> dict[str, Any]:
         return await Chat([body]).chat(ChatRequest([], []))
 
     return reply_json(asyncio.run(one()))
+
+
+def test_a_summary_written_to_fit_the_window_is_a_recorded_step_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """A durable run that summarises older turns records the summary as a ``summary`` step
+    (not a model call of the run): driven again, it gets the summary back unasked."""
+    from test_context_window import Thinker, short
+
+    thinker = Thinker(last=6)
+    pack = Pack("thinker", "thinks", "You think.", [FunctionTool(short)], {"type": "object"})
+    recorder = Recorder()
+
+    def drive(client: Any) -> Any:
+        job = Job("think it through", pack, "r1", tmp_path)
+        kit = Kit(client, MemoryRunLog(), context_size=4096)
+        job, kit, control = checkpointed(job, kit, Control(), recorder, ReplayState())
+        return asyncio.run(execute_task(job, kit, control))
+
+    first = drive(FunctionChatClient(thinker))
+    names = [n for n, _ in recorder.values]
+    assert "summary" in names and names.count("model") == first.steps == 6
+    asked = thinker.summaries
+    recorder.again()
+    again = drive(ScriptedChatClient([]))  # a model that would fail: everything is recorded
+    assert (again.status, again.steps) == (first.status, first.steps)
+    assert thinker.summaries == asked

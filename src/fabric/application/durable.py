@@ -18,15 +18,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fabric.domain.errors import FabricError, RecordedRunError, RecordedToolError, ToolError
-from fabric.domain.models import ChatRequest, ChatResponse, ToolSpec
+from fabric.domain.models import ChatRequest, ChatResponse, Message, ToolSpec
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 
 from .approvals import PolicyGate
 from .context import ToolContext
 from .job import Control, Job, Kit
 from .loop.state import Stop
+from .loop.window import asked_of
 from .pack import Brief, Briefing, Pack
-from .ports import Approver, ChatClient, Tool, ToolChange, ToolUpdates
+from .ports import Approver, ChatClient, Summarize, Tool, ToolChange, ToolUpdates
 from .replay.divergence import ReplayState
 from .replay.offers import UnavailableTool
 from .replay.recorded import recorded_response
@@ -126,6 +127,19 @@ class CheckpointedChat:
 
     async def aclose(self) -> None:
         await self._chat.aclose()
+
+
+def checkpointed_summaries(summarize: Summarize, points: Checkpoints) -> Summarize:
+    """Summaries of older turns (to fit the window), each a recorded step of its own: not one
+    of the run's numbered model calls."""
+
+    async def written(messages: Sequence[Message]) -> ChatResponse:
+        async def ask() -> JSON:
+            return reply_json(await summarize(messages))
+
+        return recorded_response(_unwrapped(await points.step("summary", lambda: _guarded(ask))))
+
+    return written
 
 
 Confirm = Callable[[ToolContext, str, Mapping[str, Any], str], Awaitable[None]]
@@ -318,13 +332,19 @@ def checkpointed(
         brief=None if pack.brief is None else checkpointed_brief(pack.brief, points),
     )
     chat = None if kit.chat is None else CheckpointedChat(kit.chat, points, state)
+    summarize = kit.summarize or asked_of(kit.chat)  # the model itself, not the counted client
     updates = None
     if kit.tool_updates is not None:
         updates = CheckpointedUpdates(kit.tool_updates, durable_pack.tools, points, confirm)
     approver = control.approver
     return (
         dataclasses.replace(job, pack=durable_pack),
-        dataclasses.replace(kit, chat=chat, tool_updates=updates),
+        dataclasses.replace(
+            kit,
+            chat=chat,
+            tool_updates=updates,
+            summarize=None if summarize is None else checkpointed_summaries(summarize, points),
+        ),
         dataclasses.replace(
             control, approver=None if approver is None else CheckpointedApprover(approver, points)
         ),

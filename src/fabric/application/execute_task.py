@@ -23,7 +23,7 @@ from .cost import RunCost
 from .job import LEFT_FOR_RECOVERY, Control, Job, Kit
 from .loop.run import Run
 from .loop.state import Stop, describe, usage_json
-from .loop.window import Window
+from .loop.window import Window, asked_of
 from .verify import describe as describe_checks
 
 _UNWATCHED = Control()
@@ -76,6 +76,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         updates=kit.tool_updates,
         spending=spending,
         window=None if kit.context_size is None else Window.of(kit.context_size, kit.reply_tokens),
+        summarize=kit.summarize or asked_of(kit.chat),
     )
     run.record.task = job.task
     started = time.perf_counter()

@@ -20,7 +20,7 @@ from .commands import CommandRunner
 from .cost import Prices
 from .delegation import Parent
 from .pack import Pack
-from .ports import Approver, ChatClient, RunLog, RunObserver, ToolUpdates
+from .ports import Approver, ChatClient, RunLog, RunObserver, Summarize, ToolUpdates
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,9 @@ class Kit:
     """The model's context window in tokens (None: not known): requests are kept inside it."""
     reply_tokens: int | None = None
     """The most tokens one reply may have (None: no limit set), kept free in the window."""
+    summarize: Summarize | None = None
+    """Writes the summary of older turns when eliding outputs is not enough to fit the window
+    (None: asked of ``chat``, outside the run's numbered model calls)."""
 
 
 LEFT_FOR_RECOVERY = "fabric: left for recovery"

@@ -7,7 +7,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fabric.domain.models import ChatDelta, ChatRequest, ChatResponse, ModelInfo, ToolSpec
+from fabric.domain.models import (
+    ChatDelta,
+    ChatRequest,
+    ChatResponse,
+    Message,
+    ModelInfo,
+    ToolSpec,
+)
 from fabric.domain.models import DeltaSink as DeltaSink  # the adapters and the loop import it here
 from fabric.domain.policy import ApprovalAnswer, ApprovalRequest
 from fabric.domain.tasks import TaskRecord
@@ -123,6 +130,11 @@ class RunObserver(Protocol):
         """A piece of the model's reply as it streams in (for display only; never logged)."""
         ...
 
+
+Summarize = Callable[[Sequence[Message]], Awaitable[ChatResponse]]
+"""Asks the run's model for a summary of older turns (the messages of that request): the
+reply's text is the summary. Its own port, so a replay answers with the recorded summary and
+a durable run records it as a step, apart from the run's numbered model calls."""
 
 ToolProbe = Callable[[str, str], Awaitable[bool]]
 """Asks backend ``backend`` whether model ``model`` really calls tools (one tiny request,

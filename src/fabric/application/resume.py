@@ -33,12 +33,13 @@ from .approvals import RecordedApprover
 from .context import ToolContext
 from .execute_task import execute_task
 from .job import Control, Job, Kit
-from .loop.window import recorded_window
+from .loop.window import asked_of, recorded_window
 from .pack import Pack
 from .ports import ChatClient, RunLog, Tool, ToolChange, ToolUpdates, tool_diff
 from .replay.divergence import Diverged, ReplayState
 from .replay.offers import RecordedOffers, recorded_mcp
 from .replay.recorded import (
+    RecordedSummaries,
     ReplayChatClient,
     missing_checks,
     recorded_brief,
@@ -415,7 +416,10 @@ async def resume_task(
         runlog=ResumingRunLog(kit.runlog, plan, state),
         tool_updates=offers,
         context_size=window,
-        reply_tokens=reply,  # the redone steps elide what they elided
+        reply_tokens=reply,  # the redone steps elide what they elided, summarise as they did
+        summarize=RecordedSummaries(
+            recording, state, then=kit.summarize or asked_of(kit.chat), upto_step=plan.completed
+        ),
     )
     # an "ask" in a re-driven step gets its recorded answer; later ones go to the approver
     control = control or Control()

@@ -125,6 +125,9 @@ class ChatRequest:
     messages: Sequence[Message]
     tools: Sequence[Mapping[str, Any]] = ()
     on_delta: DeltaSink | None = None
+    history: Sequence[Message] | None = None
+    """The run's history as it is, when ``messages`` sends less of it (older turns summarised
+    to fit the model's window): what a replay compares with the recorded history."""
 
 
 @dataclass(frozen=True, slots=True)

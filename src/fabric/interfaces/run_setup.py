@@ -121,6 +121,7 @@ class RunSetup:
                     tools = tuple(await toolbox.open())
                 except McpError as exc:
                     start_error = exc
+            window, reply = self._window(resolution)
             kit = Kit(
                 chat,
                 runlog,
@@ -130,7 +131,8 @@ class RunSetup:
                 self.prices(),
                 start_error,
                 tool_updates=toolbox,
-                **self._window(resolution),
+                context_size=window,
+                reply_tokens=reply,
             )
             yield Session(kit, runlog, resolution, tools, toolbox.meta() if toolbox else None)
         finally:
@@ -221,18 +223,17 @@ class RunSetup:
         except SandboxError as exc:
             return read_only, None, exc
 
-    def _window(self, resolution: Resolution | None) -> dict[str, int | None]:
+    def _window(self, resolution: Resolution | None) -> tuple[int | None, int | None]:
         """The context window the resolved model has, and the reply's limit (``Kit``)."""
         if resolution is None:
-            return {}
+            return None, None
         try:
             backend = self.backends.settings(resolution.backend)
         except ConfigError:  # a backend not in the config (a test's scripted model)
-            return {}
+            return None, None
         options = self.backends.options(resolution.model)
         reply = backend.max_tokens if isinstance(backend, AnthropicBackend) else options.max_tokens
-        size = window_of(resolution.info, backend, options)
-        return {"context_size": size, "reply_tokens": reply}
+        return window_of(resolution.info, backend, options), reply
 
     def prices(self) -> dict[str, tuple[float | None, float | None]]:
         options = self.loaded.config.llm.model_options

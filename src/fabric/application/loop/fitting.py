@@ -6,12 +6,22 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fabric.domain.errors import ModelContextLengthError, ToolError
+from fabric.domain.errors import FabricError, ModelContextLengthError, ToolError
 from fabric.domain.models import Message, RunStatus
 
 from .finish import Finishing
-from .state import Stop, describe
-from .window import KEEP_TURNS, RECALL, RECALL_TOOL, SHORTEST, TARGET, TRIGGER, elided_note
+from .state import Stop, describe, usage_json
+from .window import (
+    KEEP_TURNS,
+    RECALL,
+    RECALL_TOOL,
+    SHORTEST,
+    TARGET,
+    TRIGGER,
+    elided_note,
+    summary_block,
+    summary_request,
+)
 from .window import message_chars as _chars
 
 
@@ -19,24 +29,31 @@ class Fitting(Finishing):
     """The run's requests kept inside its model's window (``window``; None: unknown)."""
 
     def _sending(self, wire: Sequence[Message]) -> list[Message]:
-        """``wire`` (the history as sent, ``_outgoing``) with the elided outputs replaced."""
-        if not self._elided:
-            return list(wire)
-        return [
+        """``wire`` (the history as sent, ``_outgoing``) with the elided outputs replaced and,
+        once older turns were summarised, the summary in their place."""
+        sent = [
             {**m, "content": self._elided[at]} if at in self._elided else m
             for at, m in enumerate(wire)
         ]
+        if self._summary is not None:
+            end, summary = self._summary
+            task = {**sent[1], "content": f"{sent[1].get('content') or ''}{summary}"}
+            sent = [sent[0], task, *sent[end:]]
+        return sent
+
+    def _compacted(self) -> bool:
+        return bool(self._elided) or self._summary is not None
 
     def _size(self, wire: Sequence[Message]) -> int:
         """The characters of the next request as it would be sent now: the history (the
-        elided outputs replaced) and the tool schemas."""
-        sent = self._sending(wire) if self._elided else wire
+        elided outputs replaced, older turns summarised) and the tool schemas."""
+        sent = self._sending(wire) if self._compacted() else wire
         return len(json.dumps(self.tool_defs)) + sum(_chars(m) for m in sent)
 
-    def _fit(self, wire: Sequence[Message]) -> bool:
-        """Make the next request fit the window: elide old outputs when it comes near, fail
-        the run when it cannot fit. True when the tools offered changed (``recall_output``
-        offered from the first elision on)."""
+    async def _fit(self, wire: Sequence[Message]) -> bool:
+        """Make the next request fit the window: when it comes near, elide old outputs, then
+        summarise older turns; fail the run when it cannot fit. True when the tools offered
+        changed (``recall_output`` offered from the first elision on)."""
         window = self.window
         assert window is not None
         chars = self._size(wire)
@@ -44,33 +61,64 @@ class Fitting(Finishing):
         offered = False
         if before > TRIGGER * window.prompt:
             elided = self._elide(wire, chars - int(TARGET * window.prompt / self._ratio))
-            if elided:
+            chars = self._size(wire)
+            summary = None
+            if int(chars * self._ratio) > TRIGGER * window.prompt:  # eliding was not enough
+                summary = await self._summarise(wire)
                 chars = self._size(wire)
-                self.log.emit(
-                    "context_compacted",
-                    {
-                        "step": self.steps,
-                        "window": window.size,
-                        "prompt_tokens_max": window.prompt,
-                        "tokens_before": before,
-                        "tokens_after": int(chars * self._ratio),
-                        "elided": elided,
-                    },
-                )
-                if not any(d["function"]["name"] == RECALL_TOOL for d in self.tool_defs):
-                    self.tool_defs = [*self.tool_defs, RECALL.as_openai()]
-                    offered = True
+            if elided or summary:
+                event: dict[str, Any] = {
+                    "step": self.steps,
+                    "window": window.size,
+                    "prompt_tokens_max": window.prompt,
+                    "tokens_before": before,
+                    "tokens_after": int(chars * self._ratio),
+                    "elided": elided,
+                }
+                if summary:
+                    event["summary"] = summary
+                self.log.emit("context_compacted", event)
+            if elided and not any(d["function"]["name"] == RECALL_TOOL for d in self.tool_defs):
+                self.tool_defs = [*self.tool_defs, RECALL.as_openai()]
+                offered = True
         need = int(chars * self._ratio)
         if need > window.prompt:
             too_big = ModelContextLengthError(
                 f"the next request needs about {need:,} tokens, but the model's context window "
                 f"of {window.size:,} holds {window.prompt:,} besides the reply, even with "
-                "older tool outputs elided",
+                "older tool outputs elided and older turns summarised",
                 hint="use a model with a larger window (llm.model_options.<model>.context_size, "
                 "or the embedded backend's context_size), or give the run a smaller task",
             )
             raise Stop(RunStatus.FAILED, error=describe(too_big))
         return offered
+
+    async def _summarise(self, wire: Sequence[Message]) -> dict[str, Any] | None:
+        """Replace the turns before the latest ones (with any earlier summary) by a summary
+        the model writes; what was summarised, for the runlog (None: nothing to do)."""
+        turns = [at for at, m in enumerate(wire) if m.get("role") == "assistant"]
+        if self.summarize is None or len(turns) <= KEEP_TURNS:
+            return None
+        start = self._summary[0] if self._summary is not None else 2
+        end = turns[-KEEP_TURNS]
+        if end <= start:
+            return None
+        self._check_budget(model_calls=1)
+        sent = self._sending(wire)  # the turns as they are sent: outputs elided
+        offset = len(wire) - len(sent)  # the turns the current summary stands for
+        earlier = self._summary[1] if self._summary is not None else ""
+        asked = summary_request(
+            str(wire[1].get("content") or ""), earlier, sent[start - offset : end - offset]
+        )
+        try:
+            response = await self.summarize(asked)
+        except FabricError as exc:
+            raise Stop(RunStatus.FAILED, error=describe(exc)) from exc
+        self._charge(response)
+        through = sum(1 for at in turns if at < end)
+        text = (response.content or "").strip() or "(the model wrote no summary)"
+        self._summary = (end, summary_block(through, text))
+        return {"through_step": through, "text": text, "usage": usage_json(response.usage)}
 
     def _elide(self, wire: Sequence[Message], chars: int) -> list[dict[str, Any]]:
         """Elide the oldest outputs outside the latest turns until about ``chars``

@@ -97,7 +97,7 @@ class Run(ToolSteps):
         if change is not None:
             self._offer(change.tools)
             request["tools_changed"] = dict(change.note)
-        recall = self.window is not None and self._fit(self._outgoing())
+        recall = self.window is not None and await self._fit(self._outgoing())
         if self.steps == 1 or change is not None or recall:
             request["tools"] = self.tool_defs
         self.log.emit("llm_request", request)
@@ -106,10 +106,7 @@ class Run(ToolSteps):
             response = await self._chat_unless_cancelled()
         except FabricError as exc:
             raise Stop(RunStatus.FAILED, error=describe(exc)) from exc
-        self.usage += response.usage
-        before = self.cost.total if self.cost is not None else 0.0
-        if self.cost is not None:
-            self.cost.add(response, self.chat.model)
+        self._charge(response)
         if self._last_chars:
             self._counted(self._last_chars, response.usage.prompt_tokens)
         event: dict[str, Any] = {
@@ -125,8 +122,6 @@ class Run(ToolSteps):
         if response.warnings:
             event["warnings"] = list(response.warnings)
         if self.spending is not None:
-            after = self.cost.total if self.cost is not None else 0.0
-            self.spending.charge_model(response.usage, after - before)
             event["spent"] = self.spending.used_json()
         self.log.emit("llm_response", event)
         return response
@@ -149,8 +144,12 @@ class Run(ToolSteps):
             wire = self._outgoing()
             if self.window is not None or self.spending is not None:  # counted: calibrate
                 self._last_chars = self._size(wire)
+            compacted = self._compacted()
             request = ChatRequest(
-                self._sending(wire) if self._elided else wire, self.tool_defs, self.on_delta
+                self._sending(wire) if compacted else wire,
+                self.tool_defs,
+                self.on_delta,
+                history=wire if compacted else None,
             )
             response = await self.chat.chat(request)
         except asyncio.CancelledError:

@@ -15,11 +15,11 @@ from fabric.application.budget import BudgetSpent, Spending
 from fabric.application.context import ToolContext
 from fabric.application.cost import RunCost
 from fabric.application.pack import FINISH_TOOL, Pack
-from fabric.application.ports import ChatClient, DeltaSink, RunLog, Tool, ToolUpdates
+from fabric.application.ports import ChatClient, DeltaSink, RunLog, Summarize, Tool, ToolUpdates
 from fabric.application.verify import RunRecord
 from fabric.config.schema import Limits
 from fabric.domain.errors import FabricError
-from fabric.domain.models import Message, RunStatus, ToolSpec, Usage
+from fabric.domain.models import ChatResponse, Message, RunStatus, ToolSpec, Usage
 
 from .window import FIRST_RATIO, RECALL, Window
 
@@ -57,6 +57,8 @@ class RunState:
     """The run's budget and what it used (None: no budget here or up its task tree)."""
     window: Window | None = None
     """The model's context window (None: not known; nothing is counted or elided)."""
+    summarize: Summarize | None = None
+    """Writes a summary of older turns when eliding is not enough (None: none is written)."""
     messages: list[Message] = field(default_factory=list)
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -88,6 +90,9 @@ class RunState:
     """Outputs elided to save context: their place in the history, and what is sent instead."""
     _refs: dict[str, int] = field(default_factory=dict)
     """The elided outputs by the ref the model reads them back with (``recall_output``)."""
+    _summary: tuple[int, str] | None = None
+    """Older turns summarised: where the history sent goes on whole, and the summary that
+    stands for what came before (added to the task's message)."""
 
     def __post_init__(self) -> None:
         self.tools: dict[str, Tool] = {}
@@ -109,6 +114,16 @@ class RunState:
             raise Stop(RunStatus.BUDGET_EXCEEDED, error=self._out_of_time.as_dict())
         if self.cancel.is_set():
             raise Stop(RunStatus.CANCELLED)
+
+    def _charge(self, response: ChatResponse) -> None:
+        """Count a model reply: the run's usage, its cost, and its budget's spending."""
+        self.usage += response.usage
+        before = self.cost.total if self.cost is not None else 0.0
+        if self.cost is not None:
+            self.cost.add(response, self.chat.model)
+        if self.spending is not None:
+            after = self.cost.total if self.cost is not None else 0.0
+            self.spending.charge_model(response.usage, after - before)
 
     def _check_budget(self, **more: Any) -> None:
         """End the run ``budget_exceeded`` when a call that adds ``more`` (``Spending.check``)

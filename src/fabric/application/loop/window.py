@@ -14,11 +14,12 @@ leaving it to the server to cut the prompt without a word."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fabric.domain.models import ToolSpec
+from fabric.application.ports import ChatClient, Summarize
+from fabric.domain.models import ChatRequest, ChatResponse, Message, ToolSpec
 
 RECALL_TOOL = "recall_output"
 RECALL = ToolSpec(
@@ -61,6 +62,63 @@ class Window:
         return cls(size, min(reserve, size // 2))
 
 
+SUMMARY_CHARS = 1_500
+"""Characters of each message a summary request shows, at most (head and tail)."""
+SUMMARIZE = (
+    "You write the working notes of an agent whose conversation no longer fits its context "
+    "window. From the task, the earlier notes and the steps below, write notes that let it go "
+    "on without them: what it did, what it found (file names, commands, errors, values and "
+    "names exactly), and what is left to do. At most 300 words; no preamble."
+)
+
+
+def _clipped(text: str) -> str:
+    if len(text) <= SUMMARY_CHARS:
+        return text
+    half = SUMMARY_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - SUMMARY_CHARS:,} characters ...]\n{text[-half:]}"
+
+
+def summary_request(task: str, earlier: str, turns: Sequence[Message]) -> list[Message]:
+    """The request for a summary of ``turns`` (as they are sent: outputs elided), with the
+    task and the summary they follow."""
+    lines = [f"The task:\n{_clipped(task)}"]
+    if earlier:
+        lines.append(f"The notes so far:{earlier}")
+    lines.append("The steps to summarise, oldest first:")
+    for message in turns:
+        role, content = message.get("role"), str(message.get("content") or "")
+        if role == "assistant":
+            functions = [c.get("function") or {} for c in message.get("tool_calls") or ()]
+            calls = [f"{f.get('name')}({f.get('arguments')})" for f in functions]
+            said = f" said: {_clipped(content)}" if content.strip() else ""
+            lines.append(f"- the agent{said}{' and called ' + '; '.join(calls) if calls else ''}")
+        elif role == "tool":
+            lines.append(f"  result of {message.get('tool_call_id')}: {_clipped(content)}")
+        else:
+            lines.append(f"- {role}: {_clipped(content)}")
+    return [{"role": "system", "content": SUMMARIZE}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def summary_block(through: int, text: str) -> str:
+    """What stands for the summarised turns, after the task."""
+    return (
+        f"\n\n[fabric: steps 1-{through} were summarised to fit the model's context window; "
+        f"the outputs they read are in the runlog]\n{text}"
+    )
+
+
+def asked_of(chat: ChatClient | None) -> Summarize | None:
+    """Summaries asked of the run's own model, without tools (None: no model)."""
+    if chat is None:
+        return None
+
+    async def summarize(messages: Sequence[Message]) -> ChatResponse:
+        return await chat.chat(ChatRequest(messages))
+
+    return summarize
+
+
 def recorded_window(started: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """The window a recorded run had (its ``run_started.context``) and its reply's limit,
     for ``Kit``: a replay or a resume of it counts and elides as it did."""
@@ -93,7 +151,10 @@ __all__ = [
     "TARGET",
     "TRIGGER",
     "Window",
+    "asked_of",
     "elided_note",
     "message_chars",
     "recorded_window",
+    "summary_block",
+    "summary_request",
 ]

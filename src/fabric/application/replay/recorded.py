@@ -22,7 +22,7 @@ from typing import Any
 
 from fabric.application.context import ToolContext
 from fabric.application.pack import Brief, Briefing, Pack
-from fabric.application.ports import RunLog, Tool
+from fabric.application.ports import RunLog, Summarize, Tool
 from fabric.application.verify import RunRecord, Verdict, Verifier
 from fabric.domain.arguments import parse_arguments
 from fabric.domain.errors import RecordedRunError, RecordedToolError, RunError, ToolError
@@ -76,7 +76,8 @@ class ReplayChatClient:
                 self.state.diverge(step, "step count", recorded_steps, f"at least {step}")
             )
         self._extend_history(step)
-        messages, tools = request.messages, request.tools
+        messages = request.messages if request.history is None else request.history
+        tools = request.tools
         start = min(self._checked, len(messages))
         difference = None
         if list(messages[start:]) != self._history[start:]:  # compared as JSON only then
@@ -279,8 +280,48 @@ def _verdict_view(decision: Mapping[str, Any] | None) -> str:
     return f"{decision.get('verdict')} ({decision.get('tool')}, {why})"
 
 
+class RecordedSummaries:
+    """``Summarize`` from a recording: the summaries its ``context_compacted`` events hold, in
+    order (a replay writes none of its own); ``upto_step``: only those written before the
+    model call of that step or an earlier one (a resume: later ones are new)."""
+
+    def __init__(
+        self,
+        recording: Recording | Sequence[Mapping[str, Any]],
+        state: ReplayState,
+        *,
+        then: Summarize | None = None,
+        upto_step: int | None = None,
+    ) -> None:
+        events = recording.events if isinstance(recording, Recording) else recording
+        self._written = [
+            (int(e.get("step", 0)), e["summary"])
+            for e in events
+            if e.get("kind") == "context_compacted" and isinstance(e.get("summary"), Mapping)
+        ]
+        self._state, self._then, self._upto = state, then, upto_step
+        self._next = 0
+
+    async def __call__(self, messages: Sequence[Message]) -> ChatResponse:
+        recorded = self._written[self._next] if self._next < len(self._written) else None
+        if recorded is not None and (self._upto is None or recorded[0] <= self._upto):
+            self._next += 1
+            text = str(recorded[1].get("text", ""))
+            usage = recorded[1].get("usage") or {}
+            return ChatResponse(
+                {"role": "assistant", "content": text}, text, (),
+                Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+                "stop",
+            )  # fmt: skip
+        if self._then is not None:
+            return await self._then(messages)
+        step = self._state.step + 1
+        raise Diverged(self._state.diverge(step, "summary", "no summary here", "a summary"))
+
+
 __all__ = [
     "REFUSED",
+    "RecordedSummaries",
     "ReplayChatClient",
     "WatchingRunLog",
     "recorded_response",

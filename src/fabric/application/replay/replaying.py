@@ -30,6 +30,7 @@ from fabric.domain.models import RunResult
 from .divergence import Diverged, Divergence, ReplayState, first_difference, plain
 from .offers import RecordedOffers, recorded_mcp
 from .recorded import (
+    RecordedSummaries,
     ReplayChatClient,
     WatchingRunLog,
     recorded_brief,
@@ -113,7 +114,8 @@ async def replay(
         commands=kit.commands if live else None,
         tool_updates=updates,
         context_size=window,
-        reply_tokens=reply,  # it elides what the run elided
+        reply_tokens=reply,  # it elides what the run elided, and gets its summaries back
+        summarize=RecordedSummaries(recording, state),
     )
     # an "ask" gets the answer it got then
     result = await execute_task(

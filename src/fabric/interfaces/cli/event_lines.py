@@ -125,10 +125,14 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
     if kind == "context_compacted":
         elided = event.get("elided") or ()
         chars = sum(int(e.get("chars", 0)) for e in elided)
+        done = [f"elided {len(elided)} old output(s), {chars:,} characters"] if elided else []
+        summary = event.get("summary") or {}
+        if summary:
+            done.append(f"summarised steps 1-{summary.get('through_step')}")
         return (
-            f"  step {event['step']:>2}  context: elided {len(elided)} old output(s), "
-            f"{chars:,} characters, to stay inside the {event.get('window', 0):,}-token window "
-            f"(about {event.get('tokens_before', 0):,} → {event.get('tokens_after', 0):,} tokens)"
+            f"  step {event['step']:>2}  context: {' and '.join(done)} to stay inside the "
+            f"{event.get('window', 0):,}-token window (about {event.get('tokens_before', 0):,}"
+            f" → {event.get('tokens_after', 0):,} tokens)"
         )
     if kind == "nudge":
         return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
