@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,13 @@ Script = Callable[[str, int, Sequence[Message]], ChatResponse]
 """Answers by pack (its system prompt's first words) and step."""
 
 
-def _runner(tmp_path: Path, script: Script, lead: str = "", helper: str = "") -> Any:
+Held = Callable[[str, int], Awaitable[None]]
+"""Awaited before the script answers (who, step): a test holds a model call there."""
+
+
+def _runner(
+    tmp_path: Path, script: Script, lead: str = "", helper: str = "", held: Held | None = None
+) -> Any:
     config = tmp_path / "fabric.yaml"
     config.write_text(textwrap.dedent(CONFIG.format(lead=lead, helper=helper)))
     (tmp_path / "ws").mkdir(exist_ok=True)
@@ -62,6 +68,8 @@ def _runner(tmp_path: Path, script: Script, lead: str = "", helper: str = "") ->
     ) -> ChatResponse:
         who = "lead" if str(messages[0]["content"]).startswith("You lead") else "helper"
         step = 1 + sum(1 for m in messages if m.get("role") == "assistant")
+        if held is not None:
+            await held(who, step)
         return script(who, step, messages)
 
     return build_runner(load_config(config), chat_factory=lambda m: FunctionChatClient(answer))
@@ -211,24 +219,20 @@ def test_a_sub_runs_asks_go_to_whoever_answers_the_parents(tmp_path: Path) -> No
 def test_cancelling_the_parent_cancels_its_sub_run(tmp_path: Path) -> None:
     cancel = asyncio.Event()
 
+    def script(who: str, step: int, messages: Sequence[Message]) -> ChatResponse:
+        if who == "lead":
+            return tool_call("delegate_helper", task="take forever")
+        raise AssertionError("not cancelled")
+
     async def go() -> Any:
         started = asyncio.Event()
 
-        async def answer(
-            messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-        ) -> ChatResponse:
-            if str(messages[0]["content"]).startswith("You lead"):
-                return tool_call("delegate_helper", task="take forever")
-            started.set()
-            await asyncio.sleep(60)  # the helper's model call: cut by the cancel
-            raise AssertionError("not cancelled")
+        async def held(who: str, step: int) -> None:
+            if who == "helper":
+                started.set()
+                await asyncio.sleep(60)  # the helper's model call: cut by the cancel
 
-        config = tmp_path / "fabric.yaml"
-        config.write_text(textwrap.dedent(CONFIG.format(lead="", helper="")))
-        (tmp_path / "ws").mkdir(exist_ok=True)
-        runner = build_runner(
-            load_config(config), chat_factory=lambda m: FunctionChatClient(answer)
-        )
+        runner = _runner(tmp_path, script, held=held)
         request = RunRequest("lead", "cancel me", workspace=tmp_path / "ws")
         running = asyncio.ensure_future(runner.run(request, Control(cancel=cancel)))
         await asyncio.wait_for(started.wait(), 30)
@@ -286,24 +290,13 @@ def test_resuming_the_parent_goes_on_with_the_sub_run_it_had_started(tmp_path: P
             return tool_call("finish_task", answer="both halves")
         return tool_call("finish_task", answer=_last_tool_output(messages)[:300])
 
+    async def held(who: str, step: int) -> None:
+        if who == "helper" and step == 2 and hold["on"]:
+            cancel.set()  # the parent is cancelled while its sub-run asks
+            await asyncio.sleep(60)
+
     async def go() -> Any:
-        config = tmp_path / "fabric.yaml"
-        config.write_text(textwrap.dedent(CONFIG.format(lead="", helper="")))
-        (tmp_path / "ws").mkdir(exist_ok=True)
-
-        async def answer(
-            messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
-        ) -> ChatResponse:
-            who = "lead" if str(messages[0]["content"]).startswith("You lead") else "helper"
-            step = 1 + sum(1 for m in messages if m.get("role") == "assistant")
-            if who == "helper" and step == 2 and hold["on"]:
-                cancel.set()  # the parent is cancelled while its sub-run asks
-                await asyncio.sleep(60)
-            return script(who, step, messages)
-
-        runner = build_runner(
-            load_config(config), chat_factory=lambda m: FunctionChatClient(answer)
-        )
+        runner = _runner(tmp_path, script, held=held)
         request = RunRequest("lead", "delegate two steps", workspace=tmp_path / "ws")
         first = await runner.run(request, Control(cancel=cancel))
         hold["on"] = False
