@@ -135,7 +135,10 @@ class Fitting(Finishing):
                 names = {str(c.get("id")): str((c.get("function") or {}).get("name"))
                          for c in message.get("tool_calls") or ()}  # fmt: skip
             content = str(message.get("content") or "")
-            if message.get("role") != "tool" or at in self._elided or len(content) < SHORTEST:
+            summarised = self._summary is not None and at < self._summary[0]  # not sent
+            if message.get("role") != "tool" or at in self._elided or summarised:
+                continue
+            if len(content) < SHORTEST:
                 continue
             call_id = str(message.get("tool_call_id"))
             ref = f"{step}:{call_id}"  # a call id alone may come back in a later turn
