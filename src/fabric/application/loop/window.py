@@ -2,14 +2,16 @@
 
 Before each model call, a run whose window is known counts what it is about to send: the
 characters of the history and the tool schemas, at the tokens a character the server counted
-for the run's last request (a third of a token before it has counted any). Past three
+for the run's last request (one for every 3.5 characters before it has counted any). Past three
 quarters of the room left for the prompt, the oldest tool outputs outside the latest turns
-are replaced by a short reference (their call id), until the request is back under half of
-it; the model can read any of them back with ``recall_output``. The history the run keeps,
-and the runlog, hold every output whole; each compaction is a ``context_compacted`` event, and
-since it depends only on the history and the recorded token counts, a replay makes the same
-one. A request that still does not fit ends the run with an error that says so, rather than
-leaving it to the server to cut the prompt without a word."""
+are replaced by a short reference (``step:call_id``), until the request is back under half of
+it; the model can read any of them back with ``recall_output``. When that is not enough, the
+turns before the latest ones are replaced by notes the model writes (``summary_request``).
+The history the run keeps, and the runlog, hold every output and turn whole; each compaction
+is a ``context_compacted`` event, and since it depends only on the history, the recorded
+token counts and the recorded notes, a replay makes the same one. A request that still does
+not fit ends the run with an error that says so, rather than leaving it to the server to cut
+the prompt without a word. The loop's side of this is ``fitting.py``."""
 
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ KEEP_TURNS = 2
 """The latest model turns whose tool outputs are never elided."""
 TRIGGER, TARGET = 0.75, 0.5
 """Compact past this share of the prompt's room, down to that share."""
-FIRST_RATIO = 1 / 3
-"""Tokens a character before the server has counted a request of the run."""
+FIRST_RATIO = 1 / 3.5
+"""Tokens a character before the server has counted a request of the run. The embedded Qwen
+model counted 3.8 characters a token for the engineering pack's first request (system prompt,
+tools, task and brief); 3.5 keeps a margin until the server's own count replaces it."""
 SHORTEST = 400
 """Outputs shorter than this many characters are not worth eliding."""
 
