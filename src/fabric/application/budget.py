@@ -89,11 +89,6 @@ class Spending:
             yield at
             at = at.parent
 
-    @property
-    def limited(self) -> bool:
-        """Whether any budget, this run's or a delegating run's, has a limit."""
-        return any(s.budget.set() for s in self._chain())
-
     def seconds(self) -> float:
         return self._clock() - self._started
 

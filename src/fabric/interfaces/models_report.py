@@ -23,16 +23,11 @@ def _row(
         "tools": info.tools,
         "embedding_only": info.embedding_only,
         "context_length": info.context_length,
-        "context_used": context_used(info, backend, options),
+        "context_used": window_of(info, backend, options),
         "parameters_b": info.parameters_b,
         "family": info.family,
         "verdict": verdict,
     }
-
-
-def context_used(info: ModelInfo, backend: BackendSettings, options: ModelOptions) -> int | None:
-    """The context window a run gets (``window_of``)."""
-    return window_of(info, backend, options)
 
 
 async def will_use(runner: Runner, pack: str) -> dict[str, Any]:

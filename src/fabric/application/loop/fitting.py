@@ -48,7 +48,9 @@ class Fitting(Finishing):
         """The characters of the next request as it would be sent now: the history (the
         elided outputs replaced, older turns summarised) and the tool schemas."""
         sent = self._sending(wire) if self._compacted() else wire
-        return len(json.dumps(self.tool_defs)) + sum(_chars(m) for m in sent)
+        if self._tool_chars[0] is not self.tool_defs:  # a new list since: measured again
+            self._tool_chars = (self.tool_defs, len(json.dumps(self.tool_defs)))
+        return self._tool_chars[1] + sum(_chars(m) for m in sent)
 
     async def _fit(self, wire: Sequence[Message]) -> bool:
         """Make the next request fit the window: when it comes near, elide old outputs, then
@@ -81,6 +83,8 @@ class Fitting(Finishing):
             if elided and not any(d["function"]["name"] == RECALL_TOOL for d in self.tool_defs):
                 self.tool_defs = [*self.tool_defs, RECALL.as_openai()]
                 offered = True
+                chars = self._size(wire)
+        self._last_chars = chars  # what is sent now: the server's count calibrates with it
         need = int(chars * self._ratio)
         if need > window.prompt:
             too_big = ModelContextLengthError(

@@ -142,7 +142,7 @@ class Run(ToolSteps):
         assert task is not None  # the loop runs in a task
         try:
             wire = self._outgoing()
-            if self.window is not None or self.spending is not None:  # counted: calibrate
+            if self.window is None and self.spending is not None:  # _fit measured it else
                 self._last_chars = self._size(wire)
             compacted = self._compacted()
             request = ChatRequest(

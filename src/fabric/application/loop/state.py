@@ -86,6 +86,8 @@ class RunState:
     """Tokens a character, as the server counted the run's last request (``Fitting``)."""
     _last_chars: int = 0
     """The characters of the last request (``Fitting``)."""
+    _tool_chars: tuple[object, int] = (None, 0)
+    """The tool schemas' size in a request, and the ``tool_defs`` list it was measured for."""
     _elided: dict[int, str] = field(default_factory=dict)
     """Outputs elided to save context: their place in the history, and what is sent instead."""
     _refs: dict[str, int] = field(default_factory=dict)

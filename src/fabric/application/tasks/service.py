@@ -308,9 +308,12 @@ class TaskService(Generic[R]):
         if event["kind"] == "llm_request":
             self.progress[task_id] = int(event.get("step", 0))
             self.store.note(task_id, steps=self.progress[task_id])
-        elif event["kind"] in ("llm_response", "run_finished") and _spent(event) is not None:
-            self.spent[task_id] = _spent(event) or {}
-            self.store.note(task_id, spent=self.spent[task_id])
+        elif (
+            event["kind"] in ("llm_response", "run_finished")
+            and (spent := _spent(event)) is not None
+        ):
+            self.spent[task_id] = spent
+            self.store.note(task_id, spent=spent)
         elif event["kind"] == "run_started" and event.get("model"):
             self.used[task_id] = _used(event)
             self.store.note(task_id, **self.used[task_id])
