@@ -491,3 +491,37 @@ def test_nan_inside_object_arguments_is_refused_as_invalid_json() -> None:
     (call,) = response.tool_calls
     assert call.arguments is None
     assert call.arguments_error is not None and "invalid JSON" in call.arguments_error
+
+
+def test_a_body_orjson_refuses_still_goes_out_whole() -> None:
+    """The fast encoder refuses integers wider than 64 bits; the body then goes through the
+    standard one, the number intact (a model option or tool schema can hold one)."""
+    from fabric.infrastructure.llm.http import encode_json
+
+    body = {"model": "m", "seed": 2**70, "messages": [{"role": "user", "content": "ü 日本"}]}
+    sent = encode_json(body)
+    assert json.loads(sent) == body
+    assert "ü 日本".encode() in sent  # UTF-8 as it is, not \\u escapes
+
+
+def test_a_plain_http_client_never_trusts_a_certificate() -> None:
+    """A client for an http:// server holds a TLS context all the same (httpx makes one); it
+    trusts no certificate, so a request that somehow reached an https URL would fail its
+    handshake rather than go out unverified."""
+    import ssl
+
+    from fabric.infrastructure.llm.http import model_client
+
+    async def contexts() -> list[ssl.SSLContext]:
+        made = []
+        for _ in range(2):
+            client = model_client("http://127.0.0.1:9/v1", timeout=1.0)
+            pool = client._transport._pool  # type: ignore[attr-defined]
+            made.append(pool._ssl_context)
+            await client.aclose()
+        return made
+
+    first, second = asyncio.run(contexts())
+    assert first is second  # made once per process
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
+    assert first.cert_store_stats()["x509_ca"] == 0

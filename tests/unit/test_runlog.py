@@ -486,3 +486,20 @@ def test_a_server_error_mid_run_fails_the_run_with_the_status(
     assert "script ran out" in result.error["message"] and result.error["hint"]
     events = assert_valid_runlog(tmp_path / "runs" / "r" / "runlog.jsonl")
     assert events[-1]["error"] == result.error
+
+
+def test_a_discarded_new_log_leaves_no_run_folder(tmp_path: Path) -> None:
+    """A run that never got to its first line (cancelled while it was being set up) leaves
+    nothing in the runs folder; a log that holds lines is only closed."""
+    from fabric.infrastructure.runlog import JsonlRunLog
+
+    unused = JsonlRunLog(tmp_path, "never-started")
+    unused.discard()
+    assert list(tmp_path.iterdir()) == []
+    started = JsonlRunLog(tmp_path, "started")
+    started.emit("run_started", {"task": "t"})
+    started.discard()
+    assert kinds(read_events(tmp_path / "started" / "runlog.jsonl")) == ["run_started"]
+    reopened = JsonlRunLog.reopen(tmp_path / "started" / "runlog.jsonl")
+    reopened.discard()
+    assert (tmp_path / "started" / "runlog.jsonl").is_file()

@@ -24,6 +24,7 @@ from .job import LEFT_FOR_RECOVERY, Control, Job, Kit
 from .loop.run import Run
 from .loop.state import Stop, describe, usage_json
 from .loop.window import Window, asked_of
+from .paths import resolved
 from .verify import describe as describe_checks
 
 _UNWATCHED = Control()
@@ -45,9 +46,9 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         job.run_id,
         job.workspace,
         sandbox,
-        tuple(p.resolve() for p in kit.protected),
+        tuple(map(resolved, kit.protected)),
         kit.commands,
-        tuple(p.resolve() for p in kit.read_only),
+        tuple(map(resolved, kit.read_only)),
         runlog.save_artifact,
         cancel=cancel,
         spending=spending,

@@ -25,6 +25,8 @@ from pathlib import Path
 from fabric.config.loader import LoadedConfig
 from fabric.domain.errors import ConfigError
 
+from .paths import resolved
+
 _ELSEWHERE = "use a project folder of its own"
 
 
@@ -39,7 +41,7 @@ def check_workspace(
     why no run may work there. ``~`` is the user's home; a relative path is taken from the
     first of ``roots``, or from the current folder when no roots are given."""
     folder = _resolve(folder, roots[0] if roots else None)
-    if roots and not any(folder.is_relative_to(r.resolve()) for r in roots):
+    if roots and not any(folder.is_relative_to(resolved(r)) for r in roots):
         listed = ", ".join(str(r) for r in roots)
         raise ConfigError(
             f"workspace {folder} is not under the service's workspace roots ({listed})",
@@ -97,7 +99,7 @@ def _resolve(folder: str | os.PathLike[str], base: Path | None) -> Path:
         path = Path(text).expanduser()
         if base is not None and not path.is_absolute():
             path = base / path
-        return path.resolve()
+        return resolved(path)
     except (OSError, RuntimeError) as exc:  # a symlink loop, an unknown ~user
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(
@@ -108,7 +110,7 @@ def _resolve(folder: str | os.PathLike[str], base: Path | None) -> Path:
 
 def _home() -> Path | None:
     try:
-        return Path.home().resolve()
+        return resolved(Path.home())
     except (OSError, RuntimeError, KeyError):  # no HOME and no passwd entry
         return None
 

@@ -103,10 +103,9 @@ class RunSetup:
         model_key = loaded_pack.settings.model
         resolved = await self.models.try_resolve(model_key, backend, model)
         resolution = resolved[0]
-        read_only, commands, unconfined = await asyncio.to_thread(
-            self._confinement, loaded_pack, workspace
+        (read_only, commands, unconfined), runlog = await self._confined_and_logged(
+            loaded_pack, workspace, open_log
         )
-        runlog = open_log()
         started = time.time()
         unrecorded = _record_start(runlog.run_id, workspace)
         chat: ChatClient | None = None
@@ -148,6 +147,28 @@ class RunSetup:
             if unrecorded is None:
                 with contextlib.suppress(OSError):  # an open window only makes fabric stricter
                     run_ledger.closed(runlog.run_id)
+
+    async def _confined_and_logged(
+        self, loaded_pack: LoadedPack, workspace: Path, open_log: Callable[[], JsonlRunLog]
+    ) -> tuple[tuple[tuple[Path, ...], CommandRunner | None, FabricError | None], JsonlRunLog]:
+        """``_confinement`` and the run's opened runlog, made side by side in two threads:
+        neither needs the other, and both wait on the kernel (a run's new folder and file
+        cost about a millisecond of it on ext4). Whatever fails first is raised; the runlog
+        of a run that did not get past this (its confinement failed in some unforeseen way,
+        or it was cancelled) is discarded, as if it had never been opened."""
+        confining = asyncio.ensure_future(
+            asyncio.to_thread(self._confinement, loaded_pack, workspace)
+        )
+        try:
+            runlog = await asyncio.to_thread(open_log)
+        except BaseException:
+            confining.add_done_callback(_retrieved)  # its outcome no longer matters
+            raise
+        try:
+            return await confining, runlog
+        except BaseException:
+            runlog.discard()
+            raise
 
     def mcp_toolbox(
         self,
@@ -261,6 +282,11 @@ class RunSetup:
                 "skipped": [{"backend": b, "why": w} for b, w in resolution.skipped],
             }
         return meta
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _record_start(run_id: str, workspace: Path) -> FabricError | None:

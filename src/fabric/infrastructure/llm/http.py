@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+import orjson
 
 from fabric.application.ports import ModelCatalog
 from fabric.domain.errors import ModelTimeoutError
@@ -36,6 +37,14 @@ T = TypeVar("T")
 @functools.cache
 def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
+
+
+@functools.cache
+def _no_tls_context() -> ssl.SSLContext:
+    """What a plain-http client holds, since httpx makes every client a TLS context: one that
+    trusts no certificate, so should a request ever reach an https URL its handshake fails
+    (safer than ``verify=False``). Made once: a new context costs ~0.5 ms a run."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def is_loopback(url: str) -> bool:
@@ -65,14 +74,24 @@ def model_client(
         trust_env=not is_loopback(base_url),
         # Plain http has no TLS to verify; building a verifying context anyway loads the whole
         # CA bundle (~30 ms) for nothing. https always gets the verifying context.
-        verify=_tls_context() if https else False,
+        verify=_tls_context() if https else _no_tls_context(),
         follow_redirects=False,
     )
 
 
 def encode_json(body: Mapping[str, Any]) -> bytes:
-    """A request body as compact UTF-8 JSON. A lone surrogate (a model can send one as a JSON
-    escape) cannot be UTF-8; then the body goes ASCII-escaped, surrogate and all."""
+    """A request body as compact UTF-8 JSON.
+
+    orjson writes it about ten times faster than ``json`` (a 15 KB history: ~15 µs against
+    ~170 µs, on every step; the body grows with the run). What orjson refuses goes through
+    ``json``: a lone surrogate (a model can send one as a JSON escape; it cannot be UTF-8, so
+    the body goes ASCII-escaped, surrogate and all), an integer wider than 64 bits, a key that
+    is not a string. orjson writes a NaN or infinity as null, which is valid JSON; ``json``
+    would write a token no server parses."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # orjson.JSONEncodeError is one
+        pass
     text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     try:
         return text.encode("utf-8")

@@ -308,6 +308,15 @@ class JsonlRunLog(_Envelope):
         if not self._file.closed:
             self._file.close()
 
+    def discard(self) -> None:
+        """Close the log and, if it is a new one with no line written, remove it and its
+        folder: a run that never started leaves no trace in the runs folder."""
+        self.close()
+        if self._seq == 0:  # a reopened log goes on from a line it holds: never 0
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+                self.dir.rmdir()
+
 
 def _last_line(data: bytes) -> tuple[int, Any]:
     """Where the last line of ``data`` that holds JSON starts, and its value (None: there is

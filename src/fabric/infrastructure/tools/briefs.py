@@ -65,19 +65,23 @@ class WorkspaceBrief:
         self.keep_failing_tests = keep_failing_tests
 
     async def __call__(self, ctx: ToolContext) -> Briefing:
-        files = await asyncio.to_thread(list_files, ctx, ".", True, self.max_files)
+        files, has_tests = await asyncio.to_thread(self._look, ctx)
         parts = [f"Files in the workspace (paths relative to its root):\n{files}"]
         if files == EMPTY:  # the embedded model ran `python -m hello` in an empty folder
             parts.append(EMPTY_NEXT)
-        tests = await self._tests(ctx)
+        tests = await self._tests(ctx) if has_tests else Briefing("")
         if tests.text:
             parts.append(tests.text)
         text = "Before you start, fabric looked at the workspace.\n\n" + "\n\n".join(parts)
         return Briefing(text, tests.keep, tests.why, tests.ran)
 
+    def _look(self, ctx: ToolContext) -> tuple[str, bool]:
+        """The workspace's files, and whether it has pytest tests this run can run: what the
+        brief reads of the disk, in one trip to a worker thread."""
+        files = list_files(ctx, ".", True, self.max_files)
+        return files, ctx.commands is not None and has_pytest_tests(ctx.workspace)
+
     async def _tests(self, ctx: ToolContext) -> Briefing:
-        if ctx.commands is None or not await asyncio.to_thread(has_pytest_tests, ctx.workspace):
-            return Briefing("")
         timeout = min(ctx.sandbox.command_timeout, TEST_TIMEOUT)
         try:
             outcome = await run_command(ctx, AUTO_COMMAND, timeout)
