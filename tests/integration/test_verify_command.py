@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,8 @@ from fabric.domain.errors import ConfigError, RunError, SandboxError
 from fabric.infrastructure.sandbox import command_runner
 from fabric.infrastructure.tools.verifiers import AUTO_COMMAND, CommandVerifier, has_pytest_tests
 
+LENDING = Path(__file__).resolve().parents[2] / "evals/engineering/workspaces/lending"
+"""The workspace of the eval case fix-late-day-count: ~490 lines of code under failing tests."""
 WROTE = RunRecord([ToolUse("write_file", {"path": "calc.py"}, True, "wrote calc.py")])
 READ = RunRecord([ToolUse("read_file", {"path": "calc.py"}, True, "...")])
 
@@ -163,6 +167,60 @@ def test_the_brief_shows_the_code_the_tested_module_imports_and_keeps_failing_te
     assert told.keep == ("tests/test_posts.py",)
     assert "The failing tests (tests/test_posts.py) are kept as they are" in told.text
     assert "Change the code they test (posts.py, slug.py) instead" in told.why
+
+
+def test_a_brief_with_little_room_keeps_the_outcome_and_cuts_the_code_to_fit(
+    ctx: ToolContext,
+) -> None:
+    """A window's share of 4,000 characters for the lending workspace (whose brief would be
+    ~16,000): the files and the failing test come first, then as many of loans.py's lines as
+    fit, ended as read_file ends a partial view; the other modules are named."""
+    from fabric.infrastructure.tools.briefs import SOURCE_LINES, WorkspaceBrief
+    from fabric.infrastructure.tools.files import MIN_READ_LINES, read_file
+
+    shutil.copytree(LENDING, ctx.workspace, dirs_exist_ok=True)
+    room = 4_000
+    limited = dataclasses.replace(ctx, brief_chars=room)
+    told = asyncio.run(WorkspaceBrief(keep_failing_tests=True)(limited))
+    text = told.text
+    assert len(text) <= room
+    assert "tests/test_loans.py\ntests/test_reminders.py" in text  # the files
+    assert "FAILED tests/test_loans.py::test_three_days_late_costs_three_days" in text
+    assert "E       AssertionError: assert 50 == 75" in text
+    shown = re.search(r"\[\.\.\. lines 1-(\d+) of 123 shown; call read_file with start_line=", text)
+    assert shown is not None
+    last = int(shown[1])
+    assert MIN_READ_LINES <= last < SOURCE_LINES
+    # the lines shown are read_file's own window, numbered and noted as it does
+    window = asyncio.run(read_file(ctx, "loans.py", 1, last))
+    assert window.startswith('  1| """Loans: checking items out and in')
+    assert window.endswith(f"call read_file with start_line={last + 1} for more ...]")
+    assert f"\n\nloans.py:\n{window}\n\n(also imported: members.py, dates.py; " in text
+    assert text.endswith("(also imported: members.py, dates.py; read them with read_file)")
+    assert told.keep == ("tests/test_loans.py",)
+    assert "Change the code they test (loans.py, members.py, dates.py)" in told.why
+
+
+def test_a_brief_without_a_room_or_with_room_enough_shows_the_code_as_it_did(
+    ctx: ToolContext,
+) -> None:
+    """No known window: the first SOURCE_LINES lines of each module, as before; a room that
+    holds them all changes nothing."""
+    from fabric.infrastructure.tools.briefs import FAILING_NEXT, SOURCE_LINES, WorkspaceBrief
+    from fabric.infrastructure.tools.files import read_file
+
+    shutil.copytree(LENDING, ctx.workspace, dirs_exist_ok=True)
+    whole = asyncio.run(WorkspaceBrief()(ctx)).text
+    modules = ("loans.py", "members.py", "dates.py")
+    code = "".join(f"\n\n{m}:\n{asyncio.run(read_file(ctx, m, 1, SOURCE_LINES))}" for m in modules)
+    assert whole.endswith(f"{FAILING_NEXT}{code}") and "also imported" not in whole
+    roomy_ctx = dataclasses.replace(ctx, brief_chars=len(whole) + 100)
+    roomy = asyncio.run(WorkspaceBrief()(roomy_ctx)).text
+
+    def timeless(text: str) -> str:  # pytest's duration differs from run to run
+        return re.sub(r" in [\d.]+s\b", " in 0.01s", text)
+
+    assert timeless(roomy) == timeless(whole)
 
 
 def test_a_pass_after_the_run_changed_the_tests_says_so(ctx: ToolContext) -> None:

@@ -5,6 +5,8 @@ them back, replays the same way, and fails clearly when a request cannot fit."""
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,12 +14,15 @@ from typing import Any
 from support import assert_valid_runlog
 from test_replay import do_replay
 
+from fabric.application.context import ToolContext
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Job, Kit
+from fabric.application.loop.window import FIRST_RATIO, Window, message_chars
 from fabric.application.pack import Pack
 from fabric.domain.models import ChatResponse, Message, RunStatus, Usage
 from fabric.infrastructure.tools.function_tool import FunctionTool
 from fabric.testing import FunctionChatClient, MemoryRunLog, reply, tool_call, tool_calls
+from packs.engineering import EngineeringSettings, build
 
 PAGE = 3000
 """Characters of each page the tool reads."""
@@ -199,3 +204,47 @@ def test_when_eliding_is_not_enough_older_turns_are_summarised(tmp_path: Path) -
     again = [e["summary"]["text"] for e in replayed if e["kind"] == "context_compacted"
              if "summary" in e]  # fmt: skip
     assert again == [e["summary"]["text"] for e in summarised]
+
+
+LENDING = Path(__file__).resolve().parents[2] / "evals/engineering/workspaces/lending"
+
+
+def test_the_brief_keeps_to_its_share_of_the_window_so_the_requests_fit(
+    ctx: ToolContext,
+) -> None:
+    """The engineering pack on the lending workspace (eval case fix-late-day-count) with a
+    6,144-token window, 1,536 of it for the reply: the brief of its ~490 lines of code under
+    failing tests was ~16,000 characters, more than the whole prompt's room, and the run failed
+    before its first request. Now the brief keeps to its share, recorded in the runlog, and the
+    first request, and the one after reading a file, fit."""
+    shutil.copytree(LENDING, ctx.workspace, dirs_exist_ok=True)
+    window = Window.of(6144, 1536)
+    sizes: list[int] = []
+
+    async def model(
+        messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
+    ) -> ChatResponse:
+        chars = len(json.dumps(tools)) + sum(message_chars(m) for m in messages)
+        sizes.append(chars)
+        usage = Usage(int(chars / 3.8), 20)  # as the embedded model counted
+        if len(sizes) == 1:
+            return tool_calls(("read_file", {"path": "dates.py"}), usage=usage)
+        return tool_calls(("finish_task", {"summary": "read dates.py"}), usage=usage)
+
+    log = MemoryRunLog("w-5")
+    kit = Kit(FunctionChatClient(model), log, ctx.commands, context_size=6144, reply_tokens=1536)
+    pack = build(EngineeringSettings(builder="packs.engineering:build"))
+    job = Job("Members are charged one late day too few.", pack, "w-5", ctx.workspace)
+    result = asyncio.run(execute_task(job, kit))
+    events = assert_valid_runlog(log.events)  # room_chars is in the schema
+    # it ran to its finish_task (nothing confirms work that only read a file)
+    assert result.status is RunStatus.COMPLETED_UNCONFIRMED, result.error
+    (brief,) = [e for e in events if e["kind"] == "brief"]
+    assert brief["room_chars"] == window.brief_chars() == 4032
+    assert len(brief["text"]) <= brief["room_chars"]
+    assert "FAILED tests/test_loans.py::test_three_days_late_costs_three_days" in brief["text"]
+    assert "loans.py:\n  1| " in brief["text"] and "(also imported: " in brief["text"]
+    first = next(e for e in events if e["kind"] == "llm_request")
+    assert first["messages"][1]["content"].endswith(brief["text"])  # sent with the task
+    assert len(sizes) == 2 and int(sizes[0] * FIRST_RATIO) <= window.prompt
+    assert int(sizes[1] / 3.8) <= window.prompt  # at the ratio the model counted

@@ -76,3 +76,7 @@ class ToolContext:
     delegated: list[str] | None = None
     """Where a delegation tool notes the sub-runs it started (``tool_result.child_run_ids``);
     the loop gives each tool call a list of its own."""
+    brief_chars: int | None = None
+    """The most characters the pack's brief may have, so that the task it is appended to (and
+    never compacted) leaves the run's steps room in the model's window
+    (``Window.brief_chars``); None: the window is not known, and the brief is not held to one."""

@@ -42,6 +42,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
     sandbox = job.sandbox or pack.sandbox
     cancel = control.cancel or asyncio.Event()
     spending = _spending(job, control)
+    window = None if kit.context_size is None else Window.of(kit.context_size, kit.reply_tokens)
     ctx = ToolContext(
         job.run_id,
         job.workspace,
@@ -52,6 +53,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         runlog.save_artifact,
         cancel=cancel,
         spending=spending,
+        brief_chars=None if window is None else window.brief_chars(),
     )
     if kit.chat is None and kit.start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")
@@ -76,7 +78,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         cost=RunCost(kit.prices) if kit.prices is not None else None,
         updates=kit.tool_updates,
         spending=spending,
-        window=None if kit.context_size is None else Window.of(kit.context_size, kit.reply_tokens),
+        window=window,
         summarize=kit.summarize or asked_of(kit.chat),
     )
     run.record.task = job.task

@@ -78,6 +78,8 @@ class Run(ToolSteps):
         told = found if isinstance(found, Briefing) else Briefing(str(found))
         self.record.brief, self.record.before = told.text, told.ran
         event: dict[str, Any] = {"text": told.text, "duration_ms": ms_since(started)}
+        if self.ctx.brief_chars is not None:
+            event["room_chars"] = self.ctx.brief_chars
         if told.ran:
             event["ran"] = dict(told.ran)
         if told.keep:

@@ -11,7 +11,9 @@ The history the run keeps, and the runlog, hold every output and turn whole; eac
 is a ``context_compacted`` event, and since it depends only on the history, the recorded
 token counts and the recorded notes, a replay makes the same one. A request that still does
 not fit ends the run with an error that says so, rather than leaving it to the server to cut
-the prompt without a word. The loop's side of this is ``fitting.py``."""
+the prompt without a word. The task's message is never compacted, so the pack's brief that is
+appended to it gets only a share of the room (``Window.brief_chars``). The loop's side of this
+is ``fitting.py``."""
 
 from __future__ import annotations
 
@@ -44,6 +46,11 @@ model counted 3.8 characters a token for the engineering pack's first request (s
 tools, task and brief); 3.5 keeps a margin until the server's own count replaces it."""
 SHORTEST = 400
 """Outputs shorter than this many characters are not worth eliding."""
+BRIEF_SHARE = 0.25
+"""The share of the prompt's room a pack's brief may fill. The brief goes into the task's
+message, which is never compacted, nor are the system prompt and the tool schemas (the
+engineering pack's take about another quarter of the embedded model's room): the steps get
+about half, and eliding and summarising keep them in it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +64,11 @@ class Window:
     def prompt(self) -> int:
         """The tokens a request may have."""
         return self.size - self.reserve
+
+    def brief_chars(self) -> int:
+        """The characters a pack's brief may have: ``BRIEF_SHARE`` of the prompt's room, at
+        the ``FIRST_RATIO`` the first request is counted with."""
+        return int(self.prompt * BRIEF_SHARE / FIRST_RATIO)
 
     @classmethod
     def of(cls, size: int, max_tokens: int | None = None) -> Window:
@@ -147,6 +159,7 @@ def elided_note(chars: int, ref: str) -> str:
 
 
 __all__ = [
+    "BRIEF_SHARE",
     "FIRST_RATIO",
     "KEEP_TURNS",
     "RECALL",

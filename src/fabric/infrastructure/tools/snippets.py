@@ -17,7 +17,7 @@ from difflib import SequenceMatcher
 from fabric.domain.errors import ToolError
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
-_NUMBERED = re.compile(r"^ *\d+\| ?")
+NUMBERED = re.compile(r"^ *\d+\| ?")
 """The prefix read_file puts before each line: ``  12| ``."""
 _CONTEXT = 3
 """Lines shown around a change."""
@@ -321,11 +321,11 @@ def _nearest(lines: list[str], wanted: list[str]) -> tuple[int, int, float] | No
 def without_numbers(snippet: str) -> str | None:
     """``snippet`` without read_file's ``  12| `` prefixes, if every non-blank line has one."""
     lines = snippet.splitlines(keepends=True)
-    if not any(_NUMBERED.match(line) for line in lines):
+    if not any(NUMBERED.match(line) for line in lines):
         return None
-    if not all(_NUMBERED.match(line) or not line.strip() for line in lines):
+    if not all(NUMBERED.match(line) or not line.strip() for line in lines):
         return None
-    return "".join(_NUMBERED.sub("", line, count=1) for line in lines)
+    return "".join(NUMBERED.sub("", line, count=1) for line in lines)
 
 
 def _newline_style(text: str) -> str:
