@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,14 @@ from fabric.infrastructure.sandbox import command_runner
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never see the developer's fabric or provider settings."""
+    """Tests never see the developer's fabric, provider or OpenTelemetry settings."""
     for name in (
         "FABRIC_CONFIG", "FABRIC_BASE_URL", "FABRIC_MODEL", "FABRIC_API_KEY", "FABRIC_BACKEND",
         "FABRIC_GGUF", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OLLAMA_HOST",
     ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
+    for name in [n for n in os.environ if n.startswith("OTEL_")]:  # tracing: the tests say
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture

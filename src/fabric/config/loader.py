@@ -20,6 +20,7 @@ from pydantic import BaseModel, HttpUrl, TypeAdapter, ValidationError
 from fabric.domain.errors import ConfigError
 
 from .schema import EmbeddedBackend, FabricConfig
+from .telemetry import TraceSettings, trace_settings
 from .where import error_message, line_of, yaml_error
 from .where import validation_error as validation_error  # used from here by other loaders
 
@@ -43,6 +44,9 @@ class LoadedConfig:
     """The folder relative paths and pack imports are taken from."""
     text: str
     """The YAML text, kept to point at lines in later error messages."""
+    traces: TraceSettings | None = None
+    """How runs are traced with OpenTelemetry (``telemetry:`` and the ``OTEL_*`` variables,
+    ``config/telemetry.py``); None: they are not."""
 
     @property
     def runs_dir(self) -> Path:
@@ -84,7 +88,8 @@ def find_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> LoadedConfig:
-    """Find, parse, validate and apply environment overrides."""
+    """Find, parse, validate and apply environment overrides (the ``OTEL_*`` variables
+    included)."""
     path = find_config(explicit)
     if path is None:
         text = resources.files("fabric.config").joinpath("default.yaml").read_text("utf-8")
@@ -101,7 +106,8 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> LoadedConfig:
     except ValidationError as exc:
         raise validation_error(exc, source, text, FabricConfig, ()) from None
     config = _with_env_overrides(config)
-    return LoadedConfig(config=config, source=source, base_dir=base_dir, text=text)
+    traces = trace_settings(config.telemetry, os.environ)
+    return LoadedConfig(config=config, source=source, base_dir=base_dir, text=text, traces=traces)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

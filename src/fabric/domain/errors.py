@@ -3,6 +3,7 @@
     FabricError                      base: ``message`` says what happened, ``hint`` what to do next
     ├── ConfigError                  fabric.yaml or a CLI option is wrong (exit code 2)
     │   └── PackError                a pack cannot be found, imported or built
+    ├── TelemetryError               traces could not be exported (fabric export otel, exit 1)
     └── RunError                     something went wrong while a task ran (exit code 1)
         ├── ModelError               a model backend failed; carries status code and body
         │   ├── ModelConnectionError     network: the server cannot be reached      [retryable]
@@ -72,6 +73,11 @@ class ConfigError(FabricError):
 
 class PackError(ConfigError):
     """A pack cannot be resolved, imported or built."""
+
+
+class TelemetryError(FabricError):
+    """Spans could not be delivered to where they were to go (``fabric export otel``). Live
+    runs never raise it: their traces are best effort."""
 
 
 class RunError(FabricError):

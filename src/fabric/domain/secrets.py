@@ -1,10 +1,11 @@
 """The secrets fabric knows, and the one way they are kept out of everything it writes.
 
 A ``Secrets`` value holds the strings that must never leave fabric: the configured API keys,
-the HTTP service token, and the values of environment variables whose names look secret
-(``SECRET_NAME``, the same rule that keeps them from tools). It is built once in the
-composition root and handed to whatever writes output (the runlog writer, the CLI, the HTTP
-service); ``redact`` replaces every occurrence with ``[redacted]``.
+the HTTP service token, the values of environment variables whose names look secret
+(``SECRET_NAME``, the same rule that keeps them from tools), and the header values a telemetry
+collector is sent (``HEADER_LISTS``). It is built once in the composition root and handed to
+whatever writes output (the runlog writer, the CLI, the HTTP service, the spans); ``redact``
+replaces every occurrence with ``[redacted]``.
 
 Each secret is matched in the forms it takes in fabric's output: as it is, JSON-escaped (both
 with and without ``ensure_ascii``) and URL-encoded. ``Bearer <key>`` becomes
@@ -18,11 +19,14 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH(?!OR)|COOKIE", re.IGNORECASE)
 """Environment variable names that look like secrets: they never reach tools, and their values
 never reach fabric's output."""
+HEADER_LISTS = ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+"""Variables holding ``name=value,...`` headers for a telemetry collector: every value is a
+secret (it is often the collector's API key), whatever the variable is called."""
 MIN_CHARS = 8
 """Shorter values are not treated as secrets (they would match ordinary text)."""
 REDACTED = "[redacted]"
@@ -51,9 +55,11 @@ class Secrets:
         cls, env: Mapping[str, str], names: Iterable[str] = (), *, also: Iterable[str] = ()
     ) -> Secrets:
         """The values in ``env`` of every variable whose name looks secret and of ``names``
-        (e.g. a backend's ``api_key_env``, whatever they are called), plus ``also``."""
+        (e.g. a backend's ``api_key_env``, whatever they are called), the header values of
+        ``HEADER_LISTS``, plus ``also``."""
         found = [value for name, value in env.items() if looks_secret(name)]
         found += [env[name] for name in names if env.get(name)]
+        found += [v for name in HEADER_LISTS for v in _header_values(env.get(name, ""))]
         return cls([*found, *also])
 
     def __bool__(self) -> bool:
@@ -138,6 +144,12 @@ class Secrets:
                     longest = size
                     break
         return longest
+
+
+def _header_values(headers: str) -> list[str]:
+    """The values of ``name=value,name2=value2`` (URL-encoded, as OTLP header variables are)."""
+    pairs = (item.partition("=") for item in headers.split(","))
+    return [unquote(value).strip() for _name, sep, value in pairs if sep and value.strip()]
 
 
 def _forms(value: str) -> set[str]:

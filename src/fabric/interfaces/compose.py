@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ __all__ = [
     "embedded_files",
     "known_secrets",
     "service_files",
+    "traced",
 ]
 
 
@@ -55,21 +57,41 @@ def build_runner(
 
     Overrides: ``chat_factory`` opens each run's model client (default: the configured
     backends, with retries and fallback); ``commands`` makes each pack's command runner
-    (default: the OS sandbox); ``clock`` stamps runlog events; ``observers`` watch every run.
+    (default: the OS sandbox); ``clock`` stamps runlog events; ``observers`` watch every run
+    (with the tracing observer of ``traced`` when tracing is on).
     Tools never read or write the runs folder, the service's files (``service_files``) or
     ``protected``."""
     secrets = known_secrets(loaded) if secrets is None else secrets
+    runs_dir = runs_dir or loaded.runs_dir
     return Runner(
         loaded=loaded,
-        runs_dir=runs_dir or loaded.runs_dir,
+        runs_dir=runs_dir,
         backends=Backends(loaded.config.llm, on_status=on_status, secrets=secrets),
         chat_factory=chat_factory,
         protected=(*service_files(loaded), *embedded_files(loaded), *protected),
         secrets=secrets,
-        observers=tuple(observers),
+        observers=(*observers, *traced(loaded, secrets, runs_dir)),
         make_commands=commands or command_runner,
         clock=clock or utc_now,
     )
+
+
+def traced(loaded: LoadedConfig, secrets: Secrets, runs_dir: Path) -> tuple[RunObserver, ...]:
+    """The observer that traces every run with OpenTelemetry when the config or the
+    ``OTEL_*`` variables turn tracing on (ADR 0022); none otherwise, and then nothing of
+    OpenTelemetry is imported."""
+    if loaded.traces is None:
+        return ()
+    from fabric.infrastructure.telemetry.observer import trace_observer
+
+    try:
+        return (trace_observer(loaded.traces, secrets, runs_dir),)
+    except Exception as exc:  # telemetry never stops a run; the config said what it could
+        sys.stderr.write(
+            f"fabric: traces: tracing could not be set up ({exc}); runs go on without it. "
+            "Check the OTEL_* variables, or turn tracing off with OTEL_SDK_DISABLED=true\n"
+        )
+        return ()
 
 
 def build_service(

@@ -1,6 +1,7 @@
 """The typed shape of ``fabric.yaml``. YAML is parsed once, at the edge, into these models:
 ``llm`` (model backends), ``sandbox`` (what tools may touch), ``packs`` (a pack's section),
-``serve`` (the HTTP service); ``FabricConfig`` is the whole file."""
+``serve`` (the HTTP service), ``telemetry`` (OpenTelemetry traces); ``FabricConfig`` is the
+whole file."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from .mcp import McpServerSettings, McpUse, check_server_name
 from .packs import Budget, Limits, PackSettings, RawPackSection, VerifySettings
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
+from .telemetry import TelemetrySettings
 
 __all__ = [
     "AnthropicBackend",
@@ -48,6 +50,7 @@ __all__ = [
     "SandboxSettings",
     "SelectionSettings",
     "ServeSettings",
+    "TelemetrySettings",
     "Timeouts",
     "VerifySettings",
     "WebSearchSettings",
@@ -66,6 +69,9 @@ class FabricConfig(_Strict):
     )
     default_pack: str | None = Field(None, description="Pack used when --pack is not given.")
     serve: ServeSettings = Field(default_factory=ServeSettings, description="fabric serve.")
+    telemetry: TelemetrySettings = Field(
+        default_factory=TelemetrySettings, description="OpenTelemetry traces of runs."
+    )
     mcp_servers: dict[str, McpServerSettings] = Field(
         default_factory=dict,
         description="MCP servers by name, whose tools packs may use (a pack's mcp: list).",

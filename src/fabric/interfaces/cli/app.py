@@ -18,6 +18,7 @@ import typer
 from fabric.domain.errors import ConfigError, FabricError
 
 from .eval_cmd import eval_command
+from .export_cmd import export_app
 from .mcp_cmd import mcp_app
 from .options import BackendOpt, ConfigOpt, JsonOpt
 from .run_cmd import resume, run
@@ -242,6 +243,7 @@ app.command()(resume)
 app.command()(worker)
 app.command(name="eval")(eval_command)
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(export_app, name="export")
 
 
 def main() -> None:
