@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +105,16 @@ def line_of(path: Path, needle: str) -> int:
 
 
 def run_fabric(
-    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 120
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+    python: Sequence[str] = (sys.executable,),
 ) -> subprocess.CompletedProcess[str]:
-    """The real ``fabric`` command in a child process (``env`` defaults to this process's)."""
+    """The real ``fabric`` command in a child process (``env`` defaults to this process's;
+    ``python``: the interpreter and its own options, e.g. another virtualenv's)."""
     return subprocess.run(
-        [sys.executable, "-P", "-m", "fabric", *args],
+        [*python, "-P", "-m", "fabric", *args],
         env=dict(os.environ if env is None else env),
         cwd=cwd,
         capture_output=True,

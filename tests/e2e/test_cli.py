@@ -389,13 +389,13 @@ BROKEN = {
     "declarative tool": (
         "packs:\n  p:\n    builder: declarative\n    system_prompt: x\n"
         "    tools: [read_file, delete_all]\n    finish_schema: {type: object}\n",
-        "unknown tool(s) delete_all",
+        "packs.p.tools.1: unknown tool 'delete_all'",
         5,
     ),
     "finish schema": (
         "packs:\n  p:\n    builder: declarative\n    system_prompt: x\n"
         "    finish_schema: {type: object, required: yes}\n",
-        "packs.p.finish_schema: not a valid JSON Schema",
+        "packs.p.finish_schema.required: not a valid JSON Schema",
         5,
     ),
     "secret passthrough": (

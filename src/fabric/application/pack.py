@@ -43,33 +43,49 @@ FinishCheck = Callable[[Mapping[str, Any]], list[str]]
 
 def finish_schema_problem(schema: Mapping[str, Any]) -> str | None:
     """What is wrong with a finish schema, or None: it must be valid JSON Schema (2020-12)
-    describing an object, since tool arguments are always a JSON object. The answer is kept
-    per schema (by its JSON text): a pack is checked on every load, each run and replay,
-    and twice or three times a load; the check costs about a millisecond."""
+    describing an object, since tool arguments are always a JSON object. Says where in the
+    schema when the problem is below its top (``finish_schema_issue``)."""
+    issue = finish_schema_issue(schema)
+    if issue is None:
+        return None
+    at, problem = issue
+    return f"{problem} (at {'.'.join(map(str, at))})" if at else problem
+
+
+SchemaIssue = tuple[tuple[str | int, ...], str]
+"""Where in a schema a problem is (the path of keys to it; empty: the whole schema), and
+what it is."""
+
+
+def finish_schema_issue(schema: Mapping[str, Any]) -> SchemaIssue | None:
+    """``finish_schema_problem`` with the place apart from the words. The answer is kept per
+    schema (by its JSON text): a pack is checked on every load, each run and replay, and
+    twice or three times a load; the check costs about a millisecond."""
     try:
         key = json.dumps(schema, allow_nan=False)
     except (TypeError, ValueError):  # no JSON text to know it by: check it each time
-        return _schema_problem(schema)
-    if key not in _SCHEMA_PROBLEMS:
-        if len(_SCHEMA_PROBLEMS) >= 64:
-            _SCHEMA_PROBLEMS.clear()
-        _SCHEMA_PROBLEMS[key] = _schema_problem(schema)
-    return _SCHEMA_PROBLEMS[key]
+        return _schema_issue(schema)
+    if key not in _SCHEMA_ISSUES:
+        if len(_SCHEMA_ISSUES) >= 64:
+            _SCHEMA_ISSUES.clear()
+        _SCHEMA_ISSUES[key] = _schema_issue(schema)
+    return _SCHEMA_ISSUES[key]
 
 
-_SCHEMA_PROBLEMS: dict[str, str | None] = {}
+_SCHEMA_ISSUES: dict[str, SchemaIssue | None] = {}
 
 
-def _schema_problem(schema: Mapping[str, Any]) -> str | None:
+def _schema_issue(schema: Mapping[str, Any]) -> SchemaIssue | None:
     from jsonschema import Draft202012Validator, SchemaError  # ~50 ms: only when needed
 
     try:
         Draft202012Validator.check_schema(dict(schema))
     except SchemaError as exc:
-        return f"not a valid JSON Schema: {exc.message}"
+        return tuple(exc.absolute_path), f"not a valid JSON Schema: {exc.message}"
     declared = schema.get("type", "object")
     if "object" not in (declared if isinstance(declared, list) else [declared]):
-        return f"not usable: it must describe an object (type: object), not {declared!r}"
+        where: tuple[str | int, ...] = ("type",) if "type" in schema else ()
+        return where, f"not usable: it must describe an object (type: object), not {declared!r}"
     return None
 
 

@@ -87,12 +87,17 @@ def find_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     return local if local.is_file() else None
 
 
+def packaged_text() -> str:
+    """The YAML of the default config packaged with fabric (what ``fabric init`` starts from)."""
+    return resources.files("fabric.config").joinpath("default.yaml").read_text("utf-8")
+
+
 def load_config(explicit: str | os.PathLike[str] | None = None) -> LoadedConfig:
     """Find, parse, validate and apply environment overrides (the ``OTEL_*`` variables
     included)."""
     path = find_config(explicit)
     if path is None:
-        text = resources.files("fabric.config").joinpath("default.yaml").read_text("utf-8")
+        text = packaged_text()
         source, base_dir = PACKAGED, Path.cwd()
     else:
         try:

@@ -22,6 +22,8 @@ from pydantic import BaseModel, ValidationError
 
 from fabric.domain.errors import ConfigError
 
+from .schema.base import KeyProblem
+
 _PREFIXES = ("Value error, ", "Assertion failed, ")
 """What pydantic puts before the text of a ValueError or AssertionError a validator raised."""
 _YAML_HINT = "check indentation and quoting around that line"
@@ -107,6 +109,8 @@ def validation_error(
         msg = error_message(err)
         if err["type"] == "extra_forbidden":
             msg = "unknown key" + _valid_keys_hint(model, loc[len(prefix) :])
+        elif isinstance(err.get("ctx", {}).get("error"), KeyProblem):
+            loc = [*loc, *err["ctx"]["error"].loc]
         elif err["type"] == "value_error":
             loc = _quoted_value(text, loc, msg) or loc
         line = line_of(text, loc)

@@ -358,14 +358,15 @@ class Runner:
         return self.setup.mcp_toolbox(loaded_pack, workspace, self.read_only_in(workspace))
 
     def pack_summary(self, name: str) -> dict[str, Any]:
-        """A pack as ``fabric packs`` and ``GET /packs`` list it: name, description, tools and
-        model key."""
+        """A pack as ``fabric packs`` and ``GET /packs`` list it: name, description, tools,
+        model key and where it comes from."""
         lp = self.pack(name)
         return {
             "name": name,
             "description": lp.pack.description,
             "tools": self.with_delegates(lp.pack, lp, None, Control()).tool_names(),
             "model": lp.settings.model,
+            "origin": lp.origin,
         }
 
     async def replay(

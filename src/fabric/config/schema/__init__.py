@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .base import _Strict
+from .base import KeyProblem, _Strict
 from .llm import (
     AnthropicBackend,
     Backend,
@@ -24,7 +24,14 @@ from .llm import (
     Timeouts,
 )
 from .mcp import McpServerSettings, McpUse, check_server_name
-from .packs import Budget, Limits, PackSettings, RawPackSection, VerifySettings
+from .packs import (
+    Budget,
+    Limits,
+    PackSettings,
+    RawPackSection,
+    VerifySettings,
+    pack_name_problem,
+)
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
 from .telemetry import TelemetrySettings
@@ -36,6 +43,7 @@ __all__ = [
     "EmbeddedBackend",
     "FabricConfig",
     "FallbackStep",
+    "KeyProblem",
     "LLMSettings",
     "Limits",
     "McpServerSettings",
@@ -55,6 +63,7 @@ __all__ = [
     "VerifySettings",
     "WebSearchSettings",
     "WebSettings",
+    "pack_name_problem",
 ]
 
 
@@ -82,6 +91,9 @@ class FabricConfig(_Strict):
     @classmethod
     def _delegates_are_packs(cls, packs: dict[str, RawPackSection]) -> dict[str, RawPackSection]:
         for name, section in packs.items():
+            problem = pack_name_problem(name)
+            if problem:
+                raise KeyProblem(problem, (name,))
             unknown = [d for d in section.delegates if d not in packs]
             if unknown:
                 raise ValueError(

@@ -3,13 +3,28 @@ its builder's own settings model."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import _Strict
+from .base import KeyProblem, _Strict
 from .mcp import McpUse
 from .sandbox import SandboxSettings
+
+PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
+"""A pack's name: it becomes part of tool names (``delegate_<pack>``, the MCP server's tools)
+and of URLs, so letters, digits, ``-`` and ``_``, starting with a letter."""
+
+
+def pack_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a pack, or None."""
+    if PACK_NAME.match(name):
+        return None
+    return (
+        f"{name!r} cannot name a pack: use letters, digits, '-' and '_', starting with a letter, "
+        "at most 48 characters (the name becomes part of tool names and URLs)"
+    )
 
 
 class Budget(_Strict):
@@ -131,6 +146,12 @@ class PackSettings(BaseModel):
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",
     )
+
+    def unusable(self) -> list[KeyProblem]:
+        """Settings that load but leave part of the pack unable to work (a tool its own
+        sandbox refuses every call of), each at its key: what ``fabric packs --check`` reports
+        besides what stops a pack from loading. A builder's settings model may add its own."""
+        return []
 
 
 class RawPackSection(PackSettings):

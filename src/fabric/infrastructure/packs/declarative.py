@@ -1,4 +1,5 @@
-"""A pack made of YAML alone: a prompt, library tools by name, and a finish schema.
+"""A pack made of YAML alone: a prompt, fabric's tools by name, MCP servers' tools, limits,
+sandbox and policy, and the finish schema as JSON Schema.
 
 packs:
   reviewer:
@@ -6,10 +7,17 @@ packs:
     description: Reviews a file and reports problems.
     system_prompt: You review code...
     tools: [read_file, list_files, search_files]
+    mcp: [{server: issues, include: ["get_*"]}]      # names under mcp_servers
+    limits: {max_steps: 20}
+    sandbox: {policy: {rules: [{tool: read_file, path: "**/.env", verdict: deny}]}}
     finish_schema:
       type: object
       properties: {verdict: {type: string}, problems: {type: array, items: {type: string}}}
       required: [verdict]
+
+The tool names and the schema (against the JSON Schema metaschema; the error names the key
+inside it) are checked when the config loads; ``fabric packs --check`` also says when a tool
+cannot work in the pack's sandbox (``shell`` needs programs to run, the web tools the network).
 """
 
 from __future__ import annotations
@@ -18,9 +26,11 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from fabric.application.pack import Pack, finish_schema_problem
-from fabric.config.schema import PackSettings, WebSettings
+from fabric.application.pack import Pack, finish_schema_issue
+from fabric.config.schema import KeyProblem, PackSettings, WebSettings
 from fabric.infrastructure.tools.library import LIBRARY, library_tools
+
+NEEDS_NETWORK = ("web_search", "fetch_url")
 
 
 class DeclarativeSettings(PackSettings):
@@ -28,7 +38,7 @@ class DeclarativeSettings(PackSettings):
 
     system_prompt: str = Field(min_length=1, description="What the specialist is and does.")
     tools: list[str] = Field(
-        default_factory=list, description=f"Library tools by name: {', '.join(LIBRARY)}."
+        default_factory=list, description=f"fabric's tools by name: {', '.join(LIBRARY)}."
     )
     finish_schema: dict[str, Any] = Field(
         description="JSON Schema (2020-12) of the final output: finish_task's arguments."
@@ -44,20 +54,44 @@ class DeclarativeSettings(PackSettings):
     @field_validator("tools")
     @classmethod
     def _known_tools(cls, names: list[str]) -> list[str]:
-        unknown = [n for n in names if n not in LIBRARY]
-        if unknown:
-            raise ValueError(
-                f"unknown tool(s) {', '.join(unknown)}; library tools: {', '.join(LIBRARY)}"
-            )
+        for index, name in enumerate(names):
+            if name not in LIBRARY:
+                raise KeyProblem(
+                    f"unknown tool {name!r}; fabric's tools: {', '.join(LIBRARY)} (MCP "
+                    "servers' tools go under mcp:, by server)",
+                    (index,),
+                )
+            if name in names[:index]:
+                raise KeyProblem(f"{name!r} is listed twice", (index,))
         return names
 
     @field_validator("finish_schema")
     @classmethod
     def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        problem = finish_schema_problem(schema)
-        if problem:
-            raise ValueError(problem)
+        issue = finish_schema_issue(schema)
+        if issue:
+            raise KeyProblem(issue[1], issue[0])
         return schema
+
+    def unusable(self) -> list[KeyProblem]:
+        """A tool the pack's own sandbox refuses every call of: the pack loads and runs (the
+        model is told why each call fails), and ``fabric packs --check`` says it."""
+        found = []
+        for index, name in enumerate(self.tools):
+            if name == "shell" and not self.sandbox.allowed_commands:
+                problem = "sandbox.allowed_commands is empty: every command would be refused"
+                hint = "list the programs it may start (sandbox: {allowed_commands: [python]})"
+            elif name in NEEDS_NETWORK and not self.sandbox.network:
+                problem = "sandbox.network is off: every call would be refused"
+                hint = "set sandbox: {network: true}"
+            else:
+                continue
+            found.append(
+                KeyProblem(
+                    f"{name} is listed but {problem}", ("tools", index), f"{hint}, or drop {name}"
+                )
+            )
+        return found
 
 
 def build(settings: DeclarativeSettings) -> Pack:

@@ -6,6 +6,11 @@ YAML section is validated with that model and passed in, and the callable return
 The config file's folder goes first on the import path, so ``packs.mine:build`` finds the
 user's own ``packs/mine.py``; it is guarded (``import_guard.py``): it provides only the modules
 builders name, from source.
+
+Installed distributions may declare packs too (entry points ``fabric.packs``,
+``entry_points.py``): a run may name one the config does not declare, and a section's
+``builder`` may name one by its short name to give it settings. They are looked up only then,
+and when the packs are listed.
 """
 
 from __future__ import annotations
@@ -16,19 +21,24 @@ import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
-from fabric.application.delegation import PREFIX
 from fabric.application.pack import Pack
-from fabric.config.loader import LoadedConfig
-from fabric.config.schema import PackSettings, SandboxSettings
-from fabric.domain.errors import ConfigError, PackError
+from fabric.config.loader import PACKAGED, LoadedConfig
+from fabric.config.schema import PackSettings, RawPackSection, SandboxSettings
+from fabric.domain.errors import ConfigError, FabricError, PackError
 from fabric.infrastructure.tools.verifiers import CommandVerifier
 
 from .import_guard import guard
+from .pack_checks import Place, model_key_problem, one_error, pack_problems
 
+if TYPE_CHECKING:
+    from .entry_points import InstalledPack
+
+BUILT_IN = "built-in"
+"""The origin of the packs of fabric's packaged default config."""
 BUILTIN_BUILDERS = {
     "engineering": "packs.engineering:build",
     "research": "packs.research:build",
@@ -42,6 +52,9 @@ class LoadedPack:
 
     pack: Pack
     settings: PackSettings
+    origin: str = ""
+    """Where the pack is declared: the config file, ``built-in`` (fabric's packaged
+    default) or the installed distribution (``fabric-lintpack 1.0``)."""
 
     def for_run(self, verify: str | None = None) -> LoadedPack:
         """This pack with a task's own verification: None keeps the pack's
@@ -76,75 +89,103 @@ def pack_names(loaded: LoadedConfig) -> list[str]:
     return list(loaded.config.packs)
 
 
+def available_packs(loaded: LoadedConfig) -> dict[str, str]:
+    """Every pack a run may name, and where it comes from: the config's packs (its file, or
+    ``built-in`` for fabric's packaged default), then the packs installed distributions
+    declare that the config does not (``fabric-lintpack 1.0``). Looks at the installed
+    distributions: for listings, not for a run."""
+    from .entry_points import installed_packs
+
+    found = dict.fromkeys(loaded.config.packs, _origin(loaded))
+    for name, installed in installed_packs().items():
+        found.setdefault(name, installed.origin)
+    return found
+
+
 def load_pack(loaded: LoadedConfig, name: str) -> LoadedPack:
-    """Import, validate and build the pack called ``name``."""
+    """Import, validate and build the pack called ``name``: the config's, else one an
+    installed distribution declares (looked up only then)."""
     section = loaded.config.packs.get(name)
-    if section is None:
-        known = ", ".join(pack_names(loaded)) or "none"
+    if section is not None:
+        place = Place(loaded, name)
+        return _build(place, section, resolve_builder(loaded, name, section.builder))
+    installed = _installed(name)
+    if installed is None:
         raise PackError(
-            f"no pack named {name!r} in {loaded.source}",
-            hint=f"known packs: {known}; add one under 'packs:' to declare it",
+            f"no pack named {name!r} in {loaded.source} or installed",
+            hint=f"known packs: {', '.join(available_packs(loaded)) or 'none'}; add one "
+            "under 'packs:' to declare it",
         )
-    builder = resolve_builder(loaded, name, section.builder)
+    place = Place(loaded, name, installed)
+    section = RawPackSection(builder=installed.target)
+    return _build(place, section, _installed_builder(installed, lambda: place.label))
+
+
+def check_pack(loaded: LoadedConfig, name: str) -> list[FabricError]:
+    """What is wrong with pack ``name``: why it cannot be loaded, else the settings that leave
+    part of it unable to work (``PackSettings.unusable``), each at its key. Empty: good."""
+    try:
+        loaded_pack = load_pack(loaded, name)
+    except FabricError as exc:
+        return [exc]
+    installed = None if name in loaded.config.packs else _installed(name)
+    place = Place(loaded, name, installed)
+    return [
+        PackError(f"{place.at(*problem.loc)}: {problem}", hint=problem.hint)
+        for problem in loaded_pack.settings.unusable()
+    ]
+
+
+def _build(place: Place, section: RawPackSection, builder: Callable[..., Any]) -> LoadedPack:
     settings_model = _settings_model(builder)
     try:
         settings = settings_model.model_validate(
             _over_defaults(settings_model, section.model_dump(exclude_unset=True))
         )
     except ValidationError as exc:
-        raise loaded.error(exc, settings_model, ("packs", name)) from None
-    llm = loaded.config.llm
-    keys = dict.fromkeys(
-        ["default", *llm.models, *(k for b in llm.backends.values() for k in b.models)]
+        raise place.error(exc, settings_model) from None
+    problem = model_key_problem(place, settings)
+    if problem is not None:
+        raise problem
+    pack = _built(place, section.builder, builder, settings)
+    pack = dataclasses.replace(
+        pack,
+        name=place.name,
+        model=settings.model,
+        description=settings.description or pack.description,
+        verifiers=(*pack.verifiers, *_command_check(place, settings)),
     )
-    if settings.model not in keys:
-        raise PackError(
-            f"{loaded.where('packs', name, 'model')}: packs.{name}.model: "
-            f"{settings.model!r} is not a model key in llm.models or a backend's models",
-            hint=f"use one of: {', '.join(keys)}, or add it to llm.models",
-        )
+    problems = pack_problems(place, pack, settings)
+    if problems:
+        raise one_error(problems)
+    origin = place.installed.origin if place.installed else _origin(place.loaded)
+    return LoadedPack(pack, settings, origin)
+
+
+def _built(place: Place, target: str, builder: Callable[..., Any], settings: PackSettings) -> Pack:
+    """What the builder returns for ``settings``, which must be a Pack."""
     try:
         pack = builder(settings)
     except Exception as exc:
         raise PackError(
-            f"{loaded.where('packs', name, 'builder')}: the builder of pack {name!r} "
-            f"({section.builder}) failed: {type(exc).__name__}: {exc}",
+            f"{place.at('builder')}: the builder of pack {place.name!r} ({target}) failed: "
+            f"{type(exc).__name__}: {exc}",
             hint="fix the pack's settings or its builder code",
         ) from exc
     if not isinstance(pack, Pack):
         raise PackError(
-            f"{loaded.where('packs', name, 'builder')}: the builder {section.builder} returned "
-            f"{type(pack).__name__}, not a Pack",
+            f"{place.at('builder')}: the builder {target} returned {type(pack).__name__}, "
+            "not a Pack",
             hint="a builder must return fabric.application.pack.Pack",
         )
-    pack = dataclasses.replace(
-        pack,
-        name=name,
-        model=settings.model,
-        description=settings.description or pack.description,
-        verifiers=(*pack.verifiers, *_command_check(loaded, name, settings)),
-    )
-    _check_mcp(loaded, name, settings)
-    _check_policy_tools(loaded, name, pack, settings)
-    return LoadedPack(pack, settings)
+    return pack
 
 
-def _check_mcp(loaded: LoadedConfig, name: str, settings: PackSettings) -> None:
-    """Every server the pack's ``mcp:`` names is declared under ``mcp_servers``."""
-    known = loaded.config.mcp_servers
-    for index, use in enumerate(settings.mcp):
-        if use.server not in known:
-            where = loaded.where("packs", name, "mcp", index, "server")
-            raise PackError(
-                f"{where}: packs.{name}.mcp[{index}].server: no MCP server {use.server!r}",
-                hint=f"declared servers: {', '.join(known) or 'none'}; add it under "
-                "mcp_servers: in fabric.yaml",
-            )
+def _origin(loaded: LoadedConfig) -> str:
+    return BUILT_IN if loaded.source == PACKAGED else loaded.source
 
 
-def _command_check(
-    loaded: LoadedConfig, name: str, settings: PackSettings
-) -> tuple[CommandVerifier, ...]:
+def _command_check(place: Place, settings: PackSettings) -> tuple[CommandVerifier, ...]:
     """The pack's ``verify.command`` as a check, if it has one."""
     verify = settings.verify
     if verify.command is None:
@@ -152,46 +193,29 @@ def _command_check(
     try:
         return (CommandVerifier(verify.command, when=verify.when, timeout=verify.timeout),)
     except ConfigError as exc:
-        where = loaded.where("packs", name, "verify", "command")
-        message = f"{where}: packs.{name}.verify.command: {exc.message}"
-        raise PackError(message, hint=exc.hint) from None
-
-
-def _check_policy_tools(
-    loaded: LoadedConfig, name: str, pack: Pack, settings: PackSettings
-) -> None:
-    """A policy rule for a tool the pack does not have would never match: a misspelt name
-    must not silently turn an intended ``deny`` into the default."""
-    tools = [*pack.tool_names(), *(f"{PREFIX}{d}" for d in settings.delegates)]
-    servers = tuple(f"{use.server}__" for use in settings.mcp)  # their tools: known per run
-    for index, rule in enumerate(settings.sandbox.policy.rules):
-        if rule.tool not in tools and not rule.tool.startswith(servers or ("\0",)):
-            where = loaded.where("packs", name, "sandbox", "policy", "rules", index, "tool")
-            raise PackError(
-                f"{where}: packs.{name}.sandbox.policy.rules[{index}].tool: pack {name!r} has "
-                f"no tool {rule.tool!r}",
-                hint=f"its tools: {', '.join(tools)}"
-                + (
-                    f"; and its MCP servers' tools ({', '.join(s + '*' for s in servers)})"
-                    if servers
-                    else ""
-                ),
-            )
+        raise PackError(f"{place.at('verify', 'command')}: {exc.message}", hint=exc.hint) from None
 
 
 def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[..., Any]:
-    """Import ``module:callable`` with the config's folder first on the import path."""
+    """Import ``module:callable`` with the config's folder first on the import path; a short
+    name is a built-in builder, else a pack an installed distribution declares."""
 
     def where() -> str:  # only for an error: finding the line parses the whole file again
-        return f"{loaded.where('packs', name, 'builder')}: packs.{name}.builder"
+        return Place(loaded, name).at("builder")
 
     target = BUILTIN_BUILDERS.get(path, path)
     module_name, sep, attr = target.partition(":")
+    if not sep and path and ":" not in path:
+        installed = _installed(path)
+        if installed is not None:
+            return _installed_builder(installed, where)
     if not sep or not module_name or not attr:
         raise PackError(
-            f"{where()}: {path!r} is neither 'module:callable' nor a built-in builder",
+            f"{where()}: {path!r} is neither 'module:callable', a built-in builder nor an "
+            "installed pack",
             hint=f"built-in builders: {', '.join(BUILTIN_BUILDERS)}; "
-            "or e.g. 'packs.mine:build' for packs/mine.py beside fabric.yaml",
+            "or e.g. 'packs.mine:build' for packs/mine.py beside fabric.yaml; `fabric packs` "
+            "lists the installed packs",
         )
     base = str(loaded.base_dir)
     if base not in sys.path:
@@ -199,10 +223,54 @@ def resolve_builder(loaded: LoadedConfig, name: str, path: str) -> Callable[...,
     # The config folder is often the workspace: it may give only this module, from source.
     guard([base], [module_name.split(".")[0]])
     importlib.invalidate_caches()  # see pack files created since the last import
+    hint = f"check that {module_name.replace('.', '/')}.py exists under {base} or is installed"
+    return _import_builder(target, where, hint)
+
+
+def _installed(name: str) -> InstalledPack | None:
+    """The pack ``name`` an installed distribution declares (the distributions are looked
+    at only now)."""
+    from .entry_points import installed_packs
+
+    return installed_packs().get(name)
+
+
+def _installed_builder(installed: InstalledPack, where: Callable[[], str]) -> Callable[..., Any]:
+    """The builder of an installed pack, imported from the interpreter's folders: its module
+    is not added to what the config folder may provide (``entry_points.py``)."""
+    from .entry_points import untrusted_source
+
+    if installed.problem:
+        raise PackError(
+            f"{where()}: {installed.name!r} of {installed.origin} cannot be used: "
+            f"{installed.problem}",
+            hint=f"tell its authors; or uninstall it (pip uninstall {installed.distribution})",
+        )
+    editable = (
+        f"if it is installed with pip install -e, install it without -e, or name its builder "
+        f"in fabric.yaml while you work on it (builder: {installed.target})"
+    )
+    elsewhere = untrusted_source(installed.target.partition(":")[0])
+    if elsewhere is not None:
+        raise PackError(
+            f"{where()}: its code would be imported from {elsewhere}, outside this Python's "
+            "site-packages; fabric imports installed packs only from there, where no run can "
+            "write",
+            hint=editable,
+        )
+    hint = (
+        f"{installed.origin} (installed in {installed.folder}) may be broken: reinstall or "
+        f"uninstall it (pip uninstall {installed.distribution}); {editable}"
+    )
+    return _import_builder(installed.target, where, hint)
+
+
+def _import_builder(target: str, where: Callable[[], str], hint: str) -> Callable[..., Any]:
+    """Import ``module:callable`` as the import path stands; ``hint`` when it cannot be."""
+    module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        hint = f"check that {module_name.replace('.', '/')}.py exists under {base} or is installed"
         packs = sys.modules.get("packs")
         if module_name.startswith("packs.") and getattr(packs, "__file__", None):
             hint = (

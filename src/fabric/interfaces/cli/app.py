@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,7 @@ from .eval_cmd import eval_command
 from .export_cmd import export_app
 from .mcp_cmd import mcp_app
 from .options import BackendOpt, ConfigOpt, JsonOpt
+from .pack_cmd import init, pack_app
 from .run_cmd import resume, run
 from .startup import fail, load, output_secrets, read_run, redact_output, say
 from .worker import worker
@@ -51,38 +52,32 @@ app.command()(run)
 
 
 @app.command()
-def packs(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
-    """List the packs in the config: name, description, tools, the model each asks for and
-    the model a run of it would use now (which may differ: see `fabric models`)."""
-    import asyncio
-
-    from fabric.domain.errors import ConfigError
-    from fabric.interfaces.compose import build_runner
-    from fabric.interfaces.models_report import packs_report
-
-    from .models_view import print_packs
+def packs(
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Build every pack without running it and say what is wrong where (pack, key, "
+            "file and line). Exit 0: all good; 1: a pack has a problem; 2: the config itself "
+            "cannot be read.",
+        ),
+    ] = False,
+) -> None:
+    """List the packs: name, description, tools, where each comes from (the config, built in,
+    or an installed distribution), the model it asks for and the model a run of it would use
+    now (which may differ: see `fabric models`)."""
+    from .pack_cmd import check_packs, list_packs
 
     loaded = load(config, as_json)
-    runner = build_runner(loaded, on_status=say)
+    if check:
+        raise typer.Exit(check_packs(loaded, as_json))
+    list_packs(loaded, as_json)
 
-    async def listing() -> list[dict[str, Any]]:
-        try:
-            return await packs_report(runner, loaded.config.packs)
-        finally:
-            await runner.aclose()
 
-    try:
-        rows = asyncio.run(listing())
-    except ConfigError as exc:
-        fail(exc, as_json=as_json, code=2)
-    for row in rows:
-        row["model"] = f"{row['model']} ({row['asks']})"
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    if not rows:
-        typer.echo(f"no packs in {loaded.source}")
-    print_packs(rows, sys.stdout)
+app.command()(init)
+app.add_typer(pack_app, name="pack")
 
 
 @app.command()

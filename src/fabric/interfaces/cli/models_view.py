@@ -58,13 +58,21 @@ def print_models(report: dict[str, Any], out: TextIO) -> None:
 
 
 def print_packs(rows: list[dict[str, Any]], out: TextIO) -> None:
-    """Each pack: name, the model key (and the model it names), description, tools, and the
-    model a run would use now, with why when it is not the one asked for."""
+    """Each pack: name, the model key (and the model it names), description, tools, where it
+    comes from, and the model a run would use now, with why when it is not the one asked for;
+    an installed pack that cannot be built, with why."""
     for row in rows:
+        if "error" in row:
+            out.write(f"{row['name']}  ·  CANNOT BE USED\n    from: {row['origin']}\n")
+            out.write(f"    {row['error']['message']}\n")
+            if row["error"].get("hint"):
+                out.write(f"      hint: {row['error']['hint']}\n")
+            continue
         out.write(f"{row['name']}  ·  model {row['model']}\n")
         if row["description"]:
             out.write(f"    {row['description']}\n")
         out.write(f"    tools: {', '.join(row['tools'])}\n")
+        out.write(f"    from: {row['origin']}\n")
         used = row.get("will_use") or {}
         if used.get("model"):
             out.write(f"    a run now uses: {used['model']} on {used['backend']}\n")
