@@ -10,16 +10,27 @@ from fabric.config.schema import SandboxSettings
 from fabric.infrastructure.sandbox import command_runner
 
 
+@pytest.fixture(scope="session")
+def _no_user_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty folder as $XDG_CONFIG_HOME: no user config (``~/.config/fabric/config.yaml``)."""
+    return tmp_path_factory.mktemp("xdg-config")
+
+
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never see the developer's fabric, provider or OpenTelemetry settings."""
+def _clean_env(monkeypatch: pytest.MonkeyPatch, _no_user_config: Path) -> None:
+    """Tests never see the developer's fabric, provider or OpenTelemetry settings: no user
+    config, no FABRIC_* variable that sets a key (a test sets its own), no OTEL_* variable."""
     for name in (
         "FABRIC_CONFIG", "FABRIC_BASE_URL", "FABRIC_MODEL", "FABRIC_API_KEY", "FABRIC_BACKEND",
-        "FABRIC_GGUF", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OLLAMA_HOST",
+        "FABRIC_GGUF", "FABRIC_DATABASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
+        "OLLAMA_HOST",
     ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     for name in [n for n in os.environ if n.startswith("OTEL_")]:  # tracing: the tests say
         monkeypatch.delenv(name)
+    for name in [n for n in os.environ if n.startswith("FABRIC_") and "__" in n]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(_no_user_config))
 
 
 @pytest.fixture

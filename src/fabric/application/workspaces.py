@@ -5,9 +5,11 @@ place that holds much more than one project, or fabric's own state:
 
 - the filesystem root, the user's home folder, or a folder that contains the home folder;
 - fabric's runs folder, or a folder inside it (a run could rewrite other runs' logs);
-- fabric's own folders, or a folder inside them: the service's tasks (the folder of
-  ``serve.durable_database`` when it is a file), the API token's folder (that of
-  ``serve.token_file``) and the cache (``$XDG_CACHE_HOME/fabric``, else ``~/.cache/fabric``).
+- fabric's own folders, or a folder inside them: its settings (``~/.config/fabric``, with the
+  run ledger, and ``$XDG_CONFIG_HOME/fabric``, the user's config), the service's tasks
+  (the folder of ``serve.durable_database`` when it is a file), the API token's folder (that
+  of ``serve.token_file``) and the cache (``$XDG_CACHE_HOME/fabric``, else
+  ``~/.cache/fabric``).
   Such a folder that is the config's own folder does not count: that folder is the usual
   workspace of ``fabric run``, and fabric's files in it are kept from the run's tools one by
   one instead (ADRs 0009 and 0013).
@@ -22,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fabric.config.loader import LoadedConfig
+from fabric.config.loader import LoadedConfig, settings_folders
 from fabric.domain.errors import ConfigError
 
 from .paths import resolved
@@ -62,8 +64,8 @@ def check_workspace(
             hint=f"{_ELSEWHERE}, e.g. {home / 'projects' / 'name'}",
         )
     settings = loaded.config.serve
-    key = (loaded.base_dir, settings.durable_database, settings.token_file, runs_dir, home,
-           os.environ.get("XDG_CACHE_HOME", ""))  # fmt: skip
+    xdg = (os.environ.get("XDG_CACHE_HOME", ""), os.environ.get("XDG_CONFIG_HOME", ""))
+    key = (loaded.base_dir, settings.durable_database, settings.token_file, runs_dir, home, *xdg)
     if key not in _FOLDERS:  # resolving them costs a few syscalls each: once per process
         _FOLDERS[key] = _fabric_folders(loaded, runs_dir, home)
     for place, holds in _FOLDERS[key].items():
@@ -122,21 +124,22 @@ def _fabric_folders(loaded: LoadedConfig, runs_dir: Path, home: Path | None) -> 
     """fabric's folders, each with what it holds; a folder inside one is refused too."""
     settings = loaded.config.serve
     cache = os.environ.get("XDG_CACHE_HOME", "")
-    candidates = {
-        Path(settings.token_file).parent: "the API token",
-        (Path(cache) if Path(cache).is_absolute() else Path("~/.cache")) / "fabric": "caches",
-    }
+    candidates = [
+        *((folder, "your settings and the run ledger") for folder in settings_folders()),
+        (Path(settings.token_file).parent, "the API token"),
+        ((Path(cache) if Path(cache).is_absolute() else Path("~/.cache")) / "fabric", "caches"),
+    ]
     if "://" not in settings.durable_database:  # a SQLite file
         database = loaded.base_dir / settings.durable_database
-        candidates[database.parent] = "the service's tasks and durable runs"
+        candidates.append((database.parent, "the service's tasks and durable runs"))
     config_dir = loaded.base_dir.resolve()
-    folders = {runs_dir.resolve(): "runlogs"}
-    for place, holds in candidates.items():
+    folders = {runs_dir.resolve(): ["runlogs"]}
+    for place, holds in candidates:
         try:
             real = place.expanduser().resolve()
         except (OSError, RuntimeError):
             continue
         shared = real == config_dir or real == Path(real.anchor)
         if not shared and not (home is not None and home.is_relative_to(real)):
-            folders.setdefault(real, holds)
-    return folders
+            folders.setdefault(real, []).append(holds)
+    return {folder: ", ".join(dict.fromkeys(holds)) for folder, holds in folders.items()}

@@ -30,7 +30,8 @@ from .eval_suite import (
     Suite,
     check_kind,
 )
-from .loader import _line_of, _UniqueKeyLoader, validation_error
+from .layers import UniqueKeyLoader
+from .loader import _line_of, validation_error
 
 SUITE_FILE = "suite.yaml"
 CASES_FOLDER = "cases"
@@ -57,7 +58,7 @@ class _Source:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read {path}: {exc}", hint=_FIX) from exc
         try:
-            self.data: Any = yaml.load(self.text, Loader=_UniqueKeyLoader)  # noqa: S506 (safe)
+            self.data: Any = yaml.load(self.text, Loader=UniqueKeyLoader)  # noqa: S506 (safe)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

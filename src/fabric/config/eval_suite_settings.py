@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from fabric.domain.errors import ConfigError
 
 from .eval_suite import LoadedSuite
+from .layers import merged
 from .loader import LoadedConfig
 from .schema import RawPackSection
 
@@ -30,23 +31,12 @@ def substitute(value: Any, variables: Mapping[str, str]) -> Any:
     return value
 
 
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``over`` merged into ``base``: mappings key by key, anything else replaced."""
-    merged = dict(base)
-    for key, value in over.items():
-        below = merged.get(key)
-        if isinstance(below, Mapping) and isinstance(value, Mapping):
-            merged[key] = deep_merge(below, value)
-        else:
-            merged[key] = value
-    return merged
-
-
 def with_pack_settings(
     loaded: LoadedConfig, suite: LoadedSuite, variables: Mapping[str, str]
 ) -> LoadedConfig:
-    """A new config whose pack sections have the suite's ``pack_settings`` merged over them
-    (``loaded`` itself is not changed). A pack the config does not declare is an error."""
+    """A new config whose pack sections have the suite's ``pack_settings`` merged over them, as
+    a layer over the config's (``layers.merged``; ``loaded`` itself is not changed). A pack
+    the config does not declare is an error."""
     if not suite.pack_settings:
         return loaded
     packs = dict(loaded.config.packs)
@@ -59,9 +49,9 @@ def with_pack_settings(
                 hint=f"its packs: {', '.join(packs) or 'none'}; run with --config pointing at "
                 "a config that declares it",
             )
-        merged = deep_merge(section.model_dump(exclude_unset=True), substitute(settings, variables))
+        given = merged(section.model_dump(exclude_unset=True), substitute(settings, variables))
         try:
-            packs[name] = RawPackSection.model_validate(merged)
+            packs[name] = RawPackSection.model_validate(given)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)

@@ -1,5 +1,9 @@
-"""Pointing at the line of a mistake in a YAML file: a YAML syntax error, or a value pydantic
-refused, becomes one message naming the file, the line (and key path) a person should look at.
+"""Pointing at a mistake in the configuration: a YAML syntax error, or a value pydantic
+refused, becomes one message naming where it was written (the file and line a person should
+look at; for a value from the environment or the command line, the variable or option: see
+``Places``), the key path, and what would be right: for an unknown key the closest valid keys
+and all of them, for a value that is not one of its choices (a ``kind``, a literal) the
+choices.
 
 Two places where the obvious line is the wrong one:
 
@@ -13,15 +17,17 @@ Two places where the obvious line is the wrong one:
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from fabric.domain.errors import ConfigError
 
+from .keys import keys_at, kinds_at
 from .schema.base import KeyProblem
 
 _PREFIXES = ("Value error, ", "Assertion failed, ")
@@ -91,6 +97,48 @@ def _runaway_value(text: str, line: int) -> yaml.Mark | None:
     return start
 
 
+class Places(Protocol):
+    """Where the values of one parsed document were written: what a message points at."""
+
+    @property
+    def data(self) -> Any:
+        """The parsed document (plain dicts and lists), as the model was given it."""
+        ...
+
+    def where(self, loc: Sequence[str | int]) -> str:
+        """``file:line`` of the key at ``loc``, or what else set it (a variable, an option)."""
+        ...
+
+    def fix(self, locs: Sequence[Sequence[str | int]]) -> str:
+        """What to do about mistakes at ``locs``: the hint of the error."""
+        ...
+
+
+class YamlPlaces:
+    """The places of one YAML text: ``file:line`` of each key."""
+
+    def __init__(self, source: str, text: str) -> None:
+        self.source, self.text = source, text
+
+    @functools.cached_property
+    def data(self) -> Any:
+        try:
+            return yaml.safe_load(self.text)
+        except yaml.YAMLError:
+            return None
+
+    @functools.cached_property
+    def node(self) -> yaml.Node | None:
+        return compose(self.text)
+
+    def where(self, loc: Sequence[str | int]) -> str:
+        line = line_in(self.node, loc)
+        return f"{self.source}:{line}" if line else self.source
+
+    def fix(self, locs: Sequence[Sequence[str | int]]) -> str:
+        return "fix the key and run again"
+
+
 def validation_error(
     exc: ValidationError,
     source: str,
@@ -98,28 +146,66 @@ def validation_error(
     model: type[BaseModel],
     prefix: Sequence[str | int],
 ) -> ConfigError:
-    """One message for all of a validation error's problems, each with key path and line."""
-    lines = []
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None
+    """``located_error`` for a part of one YAML file (at ``prefix``)."""
+    return located_error(exc, YamlPlaces(source, text), model, prefix)
+
+
+def located_error(
+    exc: ValidationError, places: Places, model: type[BaseModel], prefix: Sequence[str | int]
+) -> ConfigError:
+    """One message for all of a validation error's problems with the part of a document at
+    ``prefix``, each with its place (``file:line``, variable or option), key path and what is
+    wrong: an unknown key with the closest valid keys, a value not among its choices with
+    them listed."""
+    lines, locs = [], []
     for err in exc.errors(include_url=False):
-        loc = _without_tags(data, [*prefix, *err["loc"]])
-        msg = error_message(err)
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key" + _valid_keys_hint(model, loc[len(prefix) :])
-        elif isinstance(err.get("ctx", {}).get("error"), KeyProblem):
-            loc = [*loc, *err["ctx"]["error"].loc]
-        elif err["type"] == "value_error":
-            loc = _quoted_value(text, loc, msg) or loc
-        line = line_of(text, loc)
-        where = f"{source}:{line}" if line else source
+        loc, msg = _problem(err, places.data, model, prefix)
         key = ".".join(str(p) for p in loc) or "(top level)"
-        lines.append(f"{where}: {key}: {msg}")
+        lines.append(f"{places.where(loc)}: {key}: {msg}")
+        locs.append(loc)
     head = "invalid configuration" if len(lines) > 1 else lines[0]
     body = "\n".join(f"  {ln}" for ln in lines) if len(lines) > 1 else ""
-    return ConfigError(head + ("\n" + body if body else ""), hint="fix the key and run again")
+    return ConfigError(head + ("\n" + body if body else ""), hint=places.fix(locs))
+
+
+def _problem(
+    err: Mapping[str, Any], data: Any, root: type[BaseModel], prefix: Sequence[str | int]
+) -> tuple[list[str | int], str]:
+    """The key path (as written in the file) and the message of one pydantic error."""
+    raw = list(err["loc"])
+    loc = _without_tags(data, [*prefix, *raw])
+    kind, msg = err["type"], error_message(err)
+    if kind == "extra_forbidden":
+        valid = keys_at(root, raw[:-1])
+        listed = f" (valid keys: {', '.join(valid)})" if valid else ""
+        return loc, f"unknown key{listed}{_mean(_closest(str(loc[-1]), valid, 3))}"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        given, kinds = err.get("ctx", {}).get("tag"), kinds_at(root, raw)
+        if given is None:
+            return loc, f"this entry names no kind; add kind: one of {', '.join(kinds)}"
+        close = _closest(str(given), kinds, 1)
+        return [*loc, "kind"], f"{given!r} is not one of {', '.join(kinds)}{_mean(close, repr)}"
+    if kind == "literal_error":  # pydantic's message lists the choices
+        given = err.get("input")
+        choices = _QUOTED.findall(str(err.get("ctx", {}).get("expected")))
+        return loc, f"{msg}, not {given!r}{_mean(_closest(str(given), choices, 1), repr)}"
+    problem = err.get("ctx", {}).get("error")
+    if isinstance(problem, KeyProblem):  # a problem at a key inside the value (a schema's)
+        return [*loc, *problem.loc], msg
+    if kind == "value_error":
+        loc = _quoted_value(data, loc, msg) or loc
+    return loc, msg
+
+
+def _closest(word: str, words: Sequence[str], n: int) -> list[str]:
+    import difflib  # only for a message about a mistake
+
+    return difflib.get_close_matches(word, words, n=n, cutoff=0.6)
+
+
+def _mean(close: Sequence[str], shown: Callable[[str], str] = str) -> str:
+    """``; did you mean x or y?``, or nothing when nothing is close."""
+    return f"; did you mean {' or '.join(map(shown, close))}?" if close else ""
 
 
 def _without_tags(data: Any, loc: list[str | int]) -> list[str | int]:
@@ -134,30 +220,8 @@ def _without_tags(data: Any, loc: list[str | int]) -> list[str | int]:
     return out
 
 
-def _valid_keys_hint(root: type[BaseModel], loc: Sequence[str | int]) -> str:
-    """For an unknown key, list the keys that the enclosing model accepts."""
-    model: type[BaseModel] | None = root
-    for part in list(loc)[:-1]:
-        if model is None:
-            return ""
-        field = model.model_fields.get(str(part))
-        if field is None:
-            continue  # a dict key such as a pack name: stay on the value's model
-        model = _model_of(field.annotation)
-    return f" (valid keys: {', '.join(model.model_fields)})" if model else ""
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()):
-        found = _model_of(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _compose(text: str) -> yaml.Node | None:
+def compose(text: str) -> yaml.Node | None:
+    """The YAML node tree of ``text`` (None when it is no YAML), to find lines in."""
     try:
         return yaml.compose(text)
     except yaml.YAMLError:
@@ -167,7 +231,11 @@ def _compose(text: str) -> yaml.Node | None:
 def line_of(text: str, loc: Sequence[str | int]) -> int | None:
     """The 1-based line of the YAML key at ``loc``, or of its nearest parent key that exists
     (so a missing ``packs.p.system_prompt`` points at ``p:``)."""
-    node = _compose(text)
+    return line_in(compose(text), loc)
+
+
+def line_in(node: yaml.Node | None, loc: Sequence[str | int]) -> int | None:
+    """``line_of`` in a composed text (``compose``), to look up many keys of one file."""
     best = None if node is None else node.start_mark.line + 1
     for part in loc:
         if node is None:
@@ -203,41 +271,34 @@ def _pairs(node: yaml.MappingNode) -> Iterator[tuple[yaml.Node, yaml.Node]]:
             yield from _pairs(source)
 
 
-def _quoted_value(text: str, loc: list[str | int], message: str) -> list[str | int] | None:
+def _quoted_value(data: Any, loc: list[str | int], message: str) -> list[str | int] | None:
     """For a check across keys that pydantic reports on their parent (``loc``): the path of
     the value under it that the message quotes (``backend 'nope' is not ...``), if any."""
-    node = _compose(text)
     for part in loc:
-        node = _child(node, part)
-    if not isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+        data = _child(data, part)
+    if not isinstance(data, dict | list):
         return None  # the error is about one value already
     for wanted in _QUOTED.findall(message):
-        found = list(_find_values(node, wanted, []))
+        found = list(_find_values(data, wanted, []))
         named = [p for p in found if any(isinstance(k, str) and k in message for k in p)]
         if named or found:  # the one whose key the message names, else the first
             return [*loc, *(named or found)[0]]
     return None
 
 
-def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
-    if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in _pairs(node) if k.value == str(part)), None)
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-        child: yaml.Node = node.value[part]
-        return child
+def _child(data: Any, part: str | int) -> Any:
+    if isinstance(data, dict):
+        return data.get(part)
+    if isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+        return data[part]
     return None
 
 
-def _find_values(node: yaml.Node, wanted: str, path: list[str | int]) -> Iterator[list[str | int]]:
-    """The paths, under ``node``, of the scalar values (not keys) equal to ``wanted``."""
-    if isinstance(node, yaml.ScalarNode):
-        if node.value == wanted:
-            yield path
-        return
-    children: list[tuple[str | int, yaml.Node]] = []
-    if isinstance(node, yaml.MappingNode):
-        children = [(str(k.value), v) for k, v in _pairs(node)]
-    elif isinstance(node, yaml.SequenceNode):
-        children = list(enumerate(node.value))
-    for part, child in children:
-        yield from _find_values(child, wanted, [*path, part])
+def _find_values(data: Any, wanted: str, path: list[str | int]) -> Iterator[list[str | int]]:
+    """The paths, under ``data``, of the plain values (not keys) written as ``wanted``."""
+    if isinstance(data, dict | list):
+        items = data.items() if isinstance(data, dict) else enumerate(data)
+        for part, child in items:
+            yield from _find_values(child, wanted, [*path, part])
+    elif isinstance(data, str | int | float) and str(data) == wanted:
+        yield path

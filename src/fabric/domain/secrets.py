@@ -32,6 +32,15 @@ MIN_CHARS = 8
 REDACTED = "[redacted]"
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def hide_credentials(text: str) -> str:
+    """``text`` with the user and password of every URL in it shown as ``***``
+    (``postgresql://***@db/fabric``)."""
+    return _USERINFO.sub("***@", text)
+
+
 def looks_secret(name: str) -> bool:
     """Whether an environment variable called ``name`` holds a secret, by its name."""
     return SECRET_NAME.search(name) is not None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabric.application.ports import RunObserver
-from fabric.config.loader import LoadedConfig
+from fabric.config.loader import LoadedConfig, settings_folders
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
@@ -59,8 +59,9 @@ def build_runner(
     backends, with retries and fallback); ``commands`` makes each pack's command runner
     (default: the OS sandbox); ``clock`` stamps runlog events; ``observers`` watch every run
     (with the tracing observer of ``traced`` when tracing is on).
-    Tools never read or write the runs folder, the service's files (``service_files``) or
-    ``protected``."""
+    Tools never read or write the runs folder, the service's files (``service_files``),
+    fabric's settings (``loader.settings_folders``: not even from a workspace that holds them)
+    or ``protected``."""
     secrets = known_secrets(loaded) if secrets is None else secrets
     runs_dir = runs_dir or loaded.runs_dir
     return Runner(
@@ -68,7 +69,12 @@ def build_runner(
         runs_dir=runs_dir,
         backends=Backends(loaded.config.llm, on_status=on_status, secrets=secrets),
         chat_factory=chat_factory,
-        protected=(*service_files(loaded), *embedded_files(loaded), *protected),
+        protected=(
+            *service_files(loaded),
+            *embedded_files(loaded),
+            *(folder.resolve() for folder in settings_folders()),
+            *protected,
+        ),
         secrets=secrets,
         observers=(*observers, *traced(loaded, secrets, runs_dir)),
         make_commands=commands or command_runner,

@@ -3,20 +3,19 @@ files need to know."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 ENV_URL = "FABRIC_DATABASE_URL"
-"""A database URL that overrides the config's (e.g. Postgres for many machines)."""
+"""A database URL that overrides the config's (e.g. Postgres for many machines): read with the
+other variables, as the environment's layer of the config (``fabric.config.env``)."""
 
 
 def database_url(configured: str, base_dir: Path) -> str:
-    """The database of durable runs: ``$FABRIC_DATABASE_URL``, else the configured one, a URL
-    or a SQLite file relative to the config's folder."""
-    url = os.environ.get(ENV_URL) or configured
-    if "://" in url:
-        return url
-    return f"sqlite:///{(base_dir / url).resolve()}"
+    """The database of durable runs: ``serve.durable_database`` (which
+    ``$FABRIC_DATABASE_URL`` sets), a URL or a SQLite file relative to the config's folder."""
+    if "://" in configured:
+        return configured
+    return f"sqlite:///{(base_dir / configured).resolve()}"
 
 
 def sqlite_path(url: str) -> Path | None:

@@ -17,6 +17,7 @@ import typer
 
 from fabric.domain.errors import ConfigError, FabricError
 
+from .config_cmd import config_app
 from .eval_cmd import eval_command
 from .export_cmd import export_app
 from .mcp_cmd import mcp_app
@@ -148,9 +149,10 @@ def serve(
     """Run the HTTP task service (POST /tasks, live events, results)."""
     from .serve import run_service
 
-    loaded = load(config, False)
+    flags = {"--host": (("serve", "host"), host), "--port": (("serve", "port"), port)}
+    loaded = load(config, False, flags)
     try:
-        run_service(loaded, host=host, port=port, runs_tasks=not api_only)
+        run_service(loaded, runs_tasks=not api_only)
     except FabricError as exc:
         fail(exc, as_json=False, code=2)
 
@@ -238,6 +240,7 @@ app.command()(resume)
 app.command()(worker)
 app.command(name="eval")(eval_command)
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(config_app, name="config")
 app.add_typer(export_app, name="export")
 
 

@@ -12,8 +12,9 @@ ConfigOpt = Annotated[
     typer.Option(
         "--config",
         "-c",
-        help="fabric.yaml to use (default: $FABRIC_CONFIG, "
-        "./fabric.yaml, then the packaged default).",
+        help="The project's fabric.yaml (default: $FABRIC_CONFIG, ./fabric.yaml, else the "
+        "packaged default); it goes over ~/.config/fabric/config.yaml, FABRIC_* variables "
+        "over it (see `fabric config show --origin`).",
         show_default=False,
     ),
 ]
@@ -33,6 +34,6 @@ BackendOpt = Annotated[
         "--backend",
         "-b",
         help="ollama, openai (any OpenAI-compatible server), anthropic, embedded, or auto "
-        "(default: llm.backend in fabric.yaml, or FABRIC_BACKEND).",
+        "(default: FABRIC_BACKEND, else llm.backend).",
     ),
 ]

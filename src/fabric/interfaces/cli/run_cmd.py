@@ -93,7 +93,7 @@ def run(
     from .approve import cli_approver
     from .render import Progress
 
-    loaded = load(config, as_json)
+    loaded = load(config, as_json, flags={"--backend": (("llm", "backend"), backend)})
     name = pack or loaded.config.default_pack
     if name is None:
         fail(
@@ -124,8 +124,8 @@ def run(
         name,
         task,
         workspace=workspace,
-        model=model,
-        backend=backend,
+        model=model,  # a key or a name for this run's pack: no key of the config
+        backend=backend,  # llm.backend already; recorded too, for whoever continues a durable run
         max_steps=max_steps,
         verify="off" if no_verify else verify,
         run_id=run_id,

@@ -18,26 +18,20 @@ from fabric.interfaces.cli.json_logs import configure_logging
 from fabric.interfaces.cli.startup import settle
 
 
-def run_service(
-    loaded: LoadedConfig, *, host: str | None, port: int | None, runs_tasks: bool = True
-) -> None:
+def run_service(loaded: LoadedConfig, *, runs_tasks: bool = True) -> None:
+    """Serve on ``serve.host`` and ``serve.port`` (``--host`` and ``--port`` set them; the
+    Host header may always name the bound address)."""
     from fabric.interfaces.http.app import create_app
     from fabric.interfaces.tokens import check_bind, load_or_create_token
 
     settings = loaded.config.serve
-    bind_host = host or settings.host
-    bind_port = settings.port if port is None else port
+    bind_host, bind_port = settings.host, settings.port
     token, source = load_or_create_token(
         env=os.environ,
         env_name=settings.token_env,
         path=Path(settings.token_file).expanduser(),
     )
     check_bind(bind_host, source)
-    if host and host != settings.host:
-        settings = settings.model_copy(
-            update={"allowed_hosts": [*settings.allowed_hosts, host], "host": host}
-        )
-        loaded = _with_serve(loaded, settings)
     app = create_app(loaded, token=token, runs_tasks=runs_tasks)
     # The secrets the service keeps out of its answers and runlogs (``known_secrets(loaded,
     # token)``, built once by create_app) are kept out of its log lines too.
@@ -86,10 +80,3 @@ class _Server(uvicorn.Server):
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _with_serve(loaded: LoadedConfig, settings: object) -> LoadedConfig:
-    from dataclasses import replace
-
-    config = loaded.config.model_copy(update={"serve": settings})
-    return replace(loaded, config=config)

@@ -17,7 +17,7 @@ from fabric.domain.errors import FabricError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from fabric.config.loader import LoadedConfig
+    from fabric.config.loader import Flags, LoadedConfig
     from fabric.domain.secrets import Secrets
 
 
@@ -72,30 +72,39 @@ def fail(exc: FabricError, *, as_json: bool, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load(config: Path | None, as_json: bool) -> LoadedConfig:
+def load(config: Path | None, as_json: bool, flags: Flags | None = None) -> LoadedConfig:
+    """The effective configuration (``load_config``: every layer, ``flags`` the command's
+    options that set keys), or exit 2 saying why not. A file fabric found rather than was
+    given (the user's config, ./fabric.yaml, $FABRIC_CONFIG's) that a run wrote is refused."""
     from fabric.config.loader import load_config
     from fabric.domain.errors import ConfigError
     from fabric.domain.secrets import Secrets
-    from fabric.infrastructure.packs.run_ledger import (
-        REFUSAL_HINT,
-        close_dead,
-        refusal,
-        written_during_a_run,
-    )
+    from fabric.infrastructure.packs.run_ledger import close_dead
 
     with contextlib.suppress(OSError):  # a ledger fabric cannot write: the run says so
         for line in close_dead():  # what a run whose fabric died left in .git
             say(f"fabric removed {line}")
     try:
-        loaded = load_config(config)
-        window = written_during_a_run(loaded.source) if config is None else None
-        if window is not None:  # found, not named: a run may have left it there
-            raise ConfigError(refusal(loaded.source, window), hint=REFUSAL_HINT)
+        loaded = load_config(config, flags=flags, check_found=_not_planted)
     except ConfigError as exc:
         fail(exc, as_json=as_json, code=2)
     # the same as compose.known_secrets(loaded), without importing compose (~100 ms)
     redact_output(Secrets.from_env(os.environ, loaded.config.llm.api_key_names))
     return loaded
+
+
+def _not_planted(path: Path) -> None:
+    """Refuse a config file a run may have planted for fabric's next start (ADR 0013)."""
+    from fabric.domain.errors import ConfigError
+    from fabric.infrastructure.packs.run_ledger import (
+        REFUSAL_HINT,
+        refusal,
+        written_during_a_run,
+    )
+
+    window = written_during_a_run(str(path))
+    if window is not None:
+        raise ConfigError(refusal(str(path), window), hint=REFUSAL_HINT)
 
 
 def read_run(

@@ -47,7 +47,6 @@ def worker(
     """Run the service's tasks from the database's queues, and take over durable runs whose
     process died on this machine; stop with Ctrl-C or SIGTERM."""
     import asyncio
-    import dataclasses
     import signal
 
     from fabric.domain.errors import FabricError
@@ -56,12 +55,7 @@ def worker(
     from .json_logs import configure_logging
     from .startup import fail
 
-    loaded = load(config, False)
-    if concurrency is not None:
-        serve = loaded.config.serve.model_copy(update={"concurrency": concurrency})
-        loaded = dataclasses.replace(
-            loaded, config=loaded.config.model_copy(update={"serve": serve})
-        )
+    loaded = load(config, False, {"--concurrency": (("serve", "concurrency"), concurrency)})
     settings = loaded.config.serve
     try:
         service = build_service(loaded, token=_token(settings.token_env, settings.token_file))
