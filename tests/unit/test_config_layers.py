@@ -324,3 +324,30 @@ def test_without_a_user_config_the_project_file_is_taken_as_written(places: Plac
     assert isinstance(backend, OpenAIBackend)
     assert str(backend.base_url) == "http://127.0.0.1:8080/v1"  # the built-in one
     assert loaded.config.llm.models == {"coder": "project-coder"}
+
+
+def test_only_true_and_false_are_booleans(places: Places) -> None:
+    """The README's fallback example loads: `on:` is the trigger's key, not the boolean YAML
+    1.1 makes of it; `yes` and `off` are words where a text is expected, and a yes/no setting
+    still takes them."""
+    project = """\
+llm:
+  backends:
+    anthropic: {kind: anthropic, api_key_env: [ANTHROPIC_API_KEY]}
+    openai: {kind: openai, base_url: "http://127.0.0.1:9001/v1", stream: no}
+  fallback: [{backend: anthropic, model: claude-sonnet-4-5, on: [capability]}]
+packs:
+  notes:
+    builder: declarative
+    description: yes
+    system_prompt: off
+    tools: [read_file]
+    finish_schema: {type: object}
+"""
+    config = places.load(user=None, project=project).config
+    (step,) = config.llm.fallback
+    assert (step.backend, step.model, step.on) == ("anthropic", "claude-sonnet-4-5", ["capability"])
+    notes = config.packs["notes"]
+    assert (notes.description, notes.model_extra["system_prompt"]) == ("yes", "off")  # type: ignore[index]
+    openai = config.llm.backends["openai"]
+    assert isinstance(openai, OpenAIBackend) and openai.stream is False

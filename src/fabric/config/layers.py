@@ -17,6 +17,7 @@ messages, which name the file and line, the variable or the option a value came 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,6 +268,18 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen[key_node.value] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+_BOOL = "tag:yaml.org,2002:bool"
+# YAML 1.1 reads yes/no/on/off/y/n as booleans, so `on: [capability]` (a fallback's trigger)
+# became the key True. fabric's files follow YAML 1.2 there: only true and false are.
+UniqueKeyLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+UniqueKeyLoader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def parse(text: str, source: str) -> dict[str, Any]:
