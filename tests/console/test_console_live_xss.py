@@ -1,5 +1,5 @@
-"""Script and HTML payloads through the real path: a pack whose name, description and policy
-rules in fabric.yaml hold markup, task text, the model's words, tool-call arguments and file
+"""Script and HTML payloads through the real path: a pack whose description and policy rules
+in fabric.yaml hold markup, task text, the model's words, tool-call arguments and file
 names, a tool the pack lacks, a file's content read back by a tool, error messages (a missing
 file, the model server's refusal, a bad workspace) — all through a real ``fabric serve`` and
 its scripted model, then shown in Chromium on the runs list, a run page (with an approval
@@ -30,8 +30,10 @@ from .live import (
 from .pages import assert_nothing_ran, texts
 from .runlogs import PAYLOADS, hostile
 
-PACK = f"{PAYLOADS[0]} {PAYLOADS[1]} {PAYLOADS[4]} notes"
-"""A pack name with markup (the API takes names of 200 characters at most)."""
+PACK = "notes"
+"""The pack. A pack name cannot hold markup: the config refuses one at its line
+(tests/e2e/test_packs_without_code.py); the pages' handling of one that comes through the API
+anyway is in test_console_xss.py."""
 FILE = '<img src=x onerror="window.__pwned=1;alert(1)">.txt'
 """A file name the workspace takes: written, then read back."""
 MARKED = '<i onmouseover="window.__pwned=9;alert(9)">'
