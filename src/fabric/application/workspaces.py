@@ -132,11 +132,11 @@ def _fabric_folders(loaded: LoadedConfig, runs_dir: Path, home: Path | None) -> 
     if "://" not in settings.durable_database:  # a SQLite file
         database = loaded.base_dir / settings.durable_database
         candidates.append((database.parent, "the service's tasks and durable runs"))
-    config_dir = loaded.base_dir.resolve()
-    folders = {runs_dir.resolve(): ["runlogs"]}
+    config_dir = resolved(loaded.base_dir)
+    folders = {resolved(runs_dir): ["runlogs"]}
     for place, holds in candidates:
         try:
-            real = place.expanduser().resolve()
+            real = resolved(place.expanduser())
         except (OSError, RuntimeError):
             continue
         shared = real == config_dir or real == Path(real.anchor)
