@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,3 +80,7 @@ class ToolContext:
     """The most characters the pack's brief may have, so that the task it is appended to (and
     never compacted) leaves the run's steps room in the model's window
     (``Window.brief_chars``); None: the window is not known, and the brief is not held to one."""
+    emit: Callable[[str, Mapping[str, Any]], None] | None = None
+    """Records an event of the tool's own in the run's runlog (``RunLog.emit``: e.g. the
+    plan's ``plan`` event), which the run's observers see as it happens. None outside a
+    logged run."""

@@ -54,6 +54,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         cancel=cancel,
         spending=spending,
         brief_chars=None if window is None else window.brief_chars(),
+        emit=runlog.emit,
     )
     if kit.chat is None and kit.start_error is None:
         raise ValueError("execute_task needs a chat client or the error that prevented one")

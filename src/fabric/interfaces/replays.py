@@ -4,6 +4,7 @@ copy of the recorded workspace, never on the workspace itself."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import shutil
 import tempfile
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fabric.application.additions import Addition, joined
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Control, Kit
 from fabric.application.pack import Pack
@@ -40,6 +42,8 @@ class Runs(Protocol):
     def open_runlog(self, run_id: str, observers: Sequence[Observer]) -> JsonlRunLog: ...
 
     def mcp_toolbox(self, loaded_pack: LoadedPack, workspace: Path) -> McpToolbox: ...
+
+    def additions(self, loaded_pack: LoadedPack, workspace: Path) -> tuple[Addition, ...]: ...
 
     def with_delegates(
         self, pack: Pack, loaded_pack: LoadedPack, parent: None, control: Control
@@ -81,7 +85,9 @@ async def replay_run(
         )
         # a replay that starts no server has the recorded MCP tools; a delegation's recorded
         # result answers its call (live: the real tool starts a sub-run on the copy)
-        pack = runner.with_delegates(loaded_pack.pack, loaded_pack, None, Control())
+        additions = await asyncio.to_thread(runner.additions, loaded_pack, workspace)
+        pack = joined(loaded_pack.pack, additions)
+        pack = runner.with_delegates(pack, loaded_pack, None, Control())
         if toolbox is not None:  # live: the servers start as for a run
             try:
                 live_tools = await toolbox.open()

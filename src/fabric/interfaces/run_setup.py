@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import fabric
+from fabric.application.additions import Addition, joined, recorded
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Kit
 from fabric.application.pack import Pack
@@ -24,6 +25,7 @@ from fabric.application.resolve import Resolution
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import AnthropicBackend, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError, McpError, SandboxError
+from fabric.infrastructure.additions import Where, additions_for
 from fabric.infrastructure.llm.backends import Backends, base_url_of, window_of
 from fabric.infrastructure.packs import git_audit, run_ledger
 from fabric.infrastructure.packs.registry import BUILTIN_BUILDERS, LoadedPack
@@ -36,6 +38,11 @@ if TYPE_CHECKING:  # loaded only for a pack that uses MCP servers
     from fabric.infrastructure.mcp.toolbox import McpToolbox
 
 _log = logging.getLogger(__name__)
+
+Confinement = tuple[
+    tuple[Path, ...], "CommandRunner | None", "FabricError | None", tuple[Addition, ...]
+]
+"""A run's host code (read only), its command runner or why it has none, and its additions."""
 
 CommandFactory = Callable[
     [SandboxSettings, Path, tuple[Path, ...], tuple[Path, ...]], CommandRunner
@@ -65,15 +72,19 @@ class Session:
     """The tools of the pack's MCP servers, started for this run (ADR 0019)."""
     mcp: dict[str, Any] | None = None
     """For ``run_started``: the MCP servers and what each of their tool names stands for."""
+    additions: tuple[Addition, ...] = ()
+    """What fabric's conventions add to this run (ADR 0025)."""
 
     def pack_of(self, loaded_pack: LoadedPack) -> Pack:
-        """The pack with this run's MCP tools added."""
+        """The pack with this run's additions and MCP tools."""
+        pack = joined(loaded_pack.pack, self.additions)
         if not self.tools:
-            return loaded_pack.pack
-        return dataclasses.replace(loaded_pack.pack, tools=(*loaded_pack.pack.tools, *self.tools))
+            return pack
+        return dataclasses.replace(pack, tools=(*pack.tools, *self.tools))
 
     def meta(self) -> dict[str, Any]:
-        return {} if self.mcp is None else {"mcp": self.mcp}
+        mcp = {} if self.mcp is None else {"mcp": self.mcp}
+        return {**mcp, **recorded(self.additions)}
 
 
 @dataclass
@@ -103,7 +114,7 @@ class RunSetup:
         model_key = loaded_pack.settings.model
         resolved = await self.models.try_resolve(model_key, backend, model)
         resolution = resolved[0]
-        (read_only, commands, unconfined), runlog = await self._confined_and_logged(
+        (read_only, commands, unconfined, additions), runlog = await self._confined_and_logged(
             loaded_pack, workspace, open_log
         )
         started = time.time()
@@ -133,7 +144,8 @@ class RunSetup:
                 context_size=window,
                 reply_tokens=reply,
             )
-            yield Session(kit, runlog, resolution, tools, toolbox.meta() if toolbox else None)
+            mcp = toolbox.meta() if toolbox else None
+            yield Session(kit, runlog, resolution, tools, mcp, additions)
         finally:
             if toolbox is not None:  # the servers stop with the run
                 await toolbox.aclose()
@@ -150,7 +162,7 @@ class RunSetup:
 
     async def _confined_and_logged(
         self, loaded_pack: LoadedPack, workspace: Path, open_log: Callable[[], JsonlRunLog]
-    ) -> tuple[tuple[tuple[Path, ...], CommandRunner | None, FabricError | None], JsonlRunLog]:
+    ) -> tuple[Confinement, JsonlRunLog]:
         """``_confinement`` and the run's opened runlog, made side by side in two threads:
         neither needs the other, and both wait on the kernel (a run's new folder and file
         cost about a millisecond of it on ext4). Whatever fails first is raised; the runlog
@@ -231,18 +243,22 @@ class RunSetup:
             loaded_pack.settings.sandbox, workspace, self.protected_paths, read_only
         )
 
-    def _confinement(
-        self, loaded_pack: LoadedPack, workspace: Path
-    ) -> tuple[tuple[Path, ...], CommandRunner | None, FabricError | None]:
+    def _confinement(self, loaded_pack: LoadedPack, workspace: Path) -> Confinement:
         """The workspace's host code and ``commands_for`` it, or why the commands cannot be
-        had (the run is then recorded as failed, with the hint to install bubblewrap). Called
-        in a thread: it looks through the workspace, and the first call probes the machine
-        (tens of ms)."""
+        had (the run is then recorded as failed, with the hint to install bubblewrap); and
+        the run's additions (``additions``). Called in a thread: it looks through the
+        workspace, and the first call probes the machine (tens of ms)."""
         read_only = self.read_only_in(workspace)
+        additions = self.additions(loaded_pack, workspace)
         try:
-            return read_only, self.commands_for(loaded_pack, workspace, read_only), None
+            return read_only, self.commands_for(loaded_pack, workspace, read_only), None, additions
         except SandboxError as exc:
-            return read_only, None, exc
+            return read_only, None, exc, additions
+
+    def additions(self, loaded_pack: LoadedPack, workspace: Path) -> tuple[Addition, ...]:
+        """What fabric's conventions add to a run of the pack in ``workspace`` (ADR 0025),
+        as its settings turn them on. Reads files: call it in a thread."""
+        return tuple(additions_for(Where(workspace, loaded_pack.settings, self.loaded)))
 
     def _window(self, resolution: Resolution | None) -> tuple[int | None, int | None]:
         """The context window the resolved model has, and the reply's limit (``Kit``)."""

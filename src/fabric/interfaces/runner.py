@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fabric.application.additions import Addition, joined
 from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, RunRequest
@@ -324,7 +325,9 @@ class Runner:
         async with self.setup.session(loaded_pack, folder, backend, model, open_log) as session:
             return await resume_task(
                 plan,
-                pack=self.with_delegates(loaded_pack.pack, loaded_pack, parent, control),
+                pack=self.with_delegates(
+                    joined(loaded_pack.pack, session.additions), loaded_pack, parent, control
+                ),
                 workspace=folder,
                 kit=session.kit,
                 control=control,
@@ -352,6 +355,10 @@ class Runner:
     def commands_for(self, loaded_pack: LoadedPack, workspace: Path) -> CommandRunner | None:
         """The pack's confined command runner (``RunSetup.commands_for``)."""
         return self.setup.commands_for(loaded_pack, workspace)
+
+    def additions(self, loaded_pack: LoadedPack, workspace: Path) -> tuple[Addition, ...]:
+        """What fabric's conventions add to a run of the pack (``RunSetup.additions``)."""
+        return self.setup.additions(loaded_pack, workspace)
 
     def mcp_toolbox(self, loaded_pack: LoadedPack, workspace: Path) -> McpToolbox:
         """The pack's MCP servers for one run in ``workspace``, not started yet."""

@@ -1,0 +1,31 @@
+"""fabric's conventions for any pack, set up for one run (``application/additions.py``,
+ADR 0025). ``additions_for`` is the one place that knows them all; each lives in a module of
+its own here and is imported only when the pack's settings turn it on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabric.application.additions import Addition
+from fabric.config.loader import LoadedConfig
+from fabric.config.schema import PackSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """What a convention may look at when it is set up for a run."""
+
+    workspace: Path
+    """The run's workspace, resolved."""
+    settings: PackSettings
+    """The pack's settings: each convention's own key in them turns it on and shapes it."""
+    loaded: LoadedConfig
+    """The config the run was loaded with (its folder, its top-level settings)."""
+
+
+def additions_for(where: Where) -> list[Addition]:
+    """What the pack's settings turn on for a run in ``where.workspace``, in the order the
+    model is told of them. Called in a worker thread: a convention may read files."""
+    found: list[Addition] = []
+    return found
