@@ -16,14 +16,21 @@ def _no_user_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("xdg-config")
 
 
+@pytest.fixture(scope="session")
+def _no_user_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty folder as $XDG_DATA_HOME: the memory store is not the developer's."""
+    return tmp_path_factory.mktemp("xdg-data")
+
+
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, _no_user_config: Path) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch, _no_user_config: Path, _no_user_data: Path) -> None:
     """Tests never see the developer's fabric, provider or OpenTelemetry settings: no user
-    config, no FABRIC_* variable that sets a key (a test sets its own), no OTEL_* variable."""
+    config, no FABRIC_* variable that sets a key (a test sets its own), no OTEL_* variable,
+    and a memory store of the tests' own."""
     for name in (
         "FABRIC_CONFIG", "FABRIC_BASE_URL", "FABRIC_MODEL", "FABRIC_API_KEY", "FABRIC_BACKEND",
         "FABRIC_GGUF", "FABRIC_DATABASE_URL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY",
-        "OLLAMA_HOST",
+        "OLLAMA_HOST", "FABRIC_MEMORY_DB",
     ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     for name in [n for n in os.environ if n.startswith("OTEL_")]:  # tracing: the tests say
@@ -31,6 +38,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, _no_user_config: Path) -> None:
     for name in [n for n in os.environ if n.startswith("FABRIC_") and "__" in n]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(_no_user_config))
+    monkeypatch.setenv("XDG_DATA_HOME", str(_no_user_data))
 
 
 @pytest.fixture

@@ -40,12 +40,17 @@ def attacked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service
     root = tmp_path_factory.mktemp("attacked")
     home = tmp_path_factory.mktemp("home")
     for folder in (root / "runs" / "old", root / "data", home / ".cache" / "fabric",
-                   home / ".config" / "fabric", home / "projects" / "app"):  # fmt: skip
+                   home / ".config" / "fabric", home / "projects" / "app",
+                   home / ".local" / "share" / "fabric"):  # fmt: skip
         folder.mkdir(parents=True)
     (root / "ws" / "runs-link").parent.mkdir()
     (root / "ws" / "runs-link").symlink_to(root / "runs")
     (root / "ws" / "loop").symlink_to(root / "ws" / "loop")
-    env = {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache")}
+    env = {
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+    }
     with MockOpenAIServer(writer_then_finish, models=["m"]) as model:
         config = project(
             root, model.base_url, workspace_roots=["/"], durable_database="data/t.sqlite3"
@@ -103,6 +108,7 @@ REFUSED = [
     ("{home}/..", "contains"),
     ("{home}/.config/fabric", "API token"),
     ("{home}/.cache/fabric", "caches"),
+    ("{home}/.local/share/fabric", "memories"),
     ("{root}/ws/loop", "cannot be used"),  # a symlink to itself
     ("{root}/ws/" + "n" * 300, "too long"),
     ("~no-such-user-d41d8", "home directory"),

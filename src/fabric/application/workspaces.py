@@ -9,7 +9,8 @@ place that holds much more than one project, or fabric's own state:
   run ledger, and ``$XDG_CONFIG_HOME/fabric``, the user's config), the service's tasks
   (the folder of ``serve.durable_database`` when it is a file), the API token's folder (that
   of ``serve.token_file``) and the cache (``$XDG_CACHE_HOME/fabric``, else
-  ``~/.cache/fabric``).
+  ``~/.cache/fabric``), and the memory store's folder (``$XDG_DATA_HOME/fabric``, else
+  ``~/.local/share/fabric``, or that of ``FABRIC_MEMORY_DB``: ``config/data.py``).
   Such a folder that is the config's own folder does not count: that folder is the usual
   workspace of ``fabric run``, and fabric's files in it are kept from the run's tools one by
   one instead (ADRs 0009 and 0013).
@@ -24,6 +25,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from fabric.config.data import MEMORY_ENV, memory_path
 from fabric.config.loader import LoadedConfig, settings_folders
 from fabric.domain.errors import ConfigError
 
@@ -64,7 +66,10 @@ def check_workspace(
             hint=f"{_ELSEWHERE}, e.g. {home / 'projects' / 'name'}",
         )
     settings = loaded.config.serve
-    xdg = (os.environ.get("XDG_CACHE_HOME", ""), os.environ.get("XDG_CONFIG_HOME", ""))
+    xdg = tuple(
+        os.environ.get(name, "")
+        for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", MEMORY_ENV)
+    )
     key = (loaded.base_dir, settings.durable_database, settings.token_file, runs_dir, home, *xdg)
     if key not in _FOLDERS:  # resolving them costs a few syscalls each: once per process
         _FOLDERS[key] = _fabric_folders(loaded, runs_dir, home)
@@ -128,6 +133,7 @@ def _fabric_folders(loaded: LoadedConfig, runs_dir: Path, home: Path | None) -> 
         *((folder, "your settings and the run ledger") for folder in settings_folders()),
         (Path(settings.token_file).parent, "the API token"),
         ((Path(cache) if Path(cache).is_absolute() else Path("~/.cache")) / "fabric", "caches"),
+        (memory_path().parent, "memories"),
     ]
     if "://" not in settings.durable_database:  # a SQLite file
         database = loaded.base_dir / settings.durable_database

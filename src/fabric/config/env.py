@@ -19,7 +19,8 @@ error. An empty variable counts as unset.
 Not part of the layer: ``FABRIC_CONFIG`` (which project file), ``FABRIC_API_KEY`` and
 ``FABRIC_API_TOKEN`` (secrets the config names in ``api_key_env`` and ``serve.token_env``, never
 values of it), and ``FABRIC_GGUF`` (the embedded model's file when ``model_path`` is unset,
-read where the file is needed, like ``OLLAMA_HOST`` for Ollama).
+read where the file is needed, like ``OLLAMA_HOST`` for Ollama), and ``FABRIC_MEMORY_DB`` (the
+memory store's file, ``config/data.py``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabric.application.ports import RunObserver
+from fabric.config.data import memory_path
 from fabric.config.loader import LoadedConfig, settings_folders
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
@@ -60,8 +61,8 @@ def build_runner(
     (default: the OS sandbox); ``clock`` stamps runlog events; ``observers`` watch every run
     (with the tracing observer of ``traced`` when tracing is on).
     Tools never read or write the runs folder, the service's files (``service_files``),
-    fabric's settings (``loader.settings_folders``: not even from a workspace that holds them)
-    or ``protected``."""
+    fabric's settings (``loader.settings_folders``: not even from a workspace that holds them),
+    the memory store's folder (``data.memory_path``) or ``protected``."""
     secrets = known_secrets(loaded) if secrets is None else secrets
     runs_dir = runs_dir or loaded.runs_dir
     return Runner(
@@ -73,6 +74,7 @@ def build_runner(
             *service_files(loaded),
             *embedded_files(loaded),
             *(folder.resolve() for folder in settings_folders()),
+            memory_path().parent.resolve(),
             *protected,
         ),
         secrets=secrets,

@@ -43,7 +43,9 @@ class Runs(Protocol):
 
     def mcp_toolbox(self, loaded_pack: LoadedPack, workspace: Path) -> McpToolbox: ...
 
-    def additions(self, loaded_pack: LoadedPack, workspace: Path) -> tuple[Addition, ...]: ...
+    def additions(
+        self, loaded_pack: LoadedPack, workspace: Path, *, replay: bool = False
+    ) -> tuple[Addition, ...]: ...
 
     def with_delegates(
         self, pack: Pack, loaded_pack: LoadedPack, parent: None, control: Control
@@ -85,7 +87,9 @@ async def replay_run(
         )
         # a replay that starts no server has the recorded MCP tools; a delegation's recorded
         # result answers its call (live: the real tool starts a sub-run on the copy)
-        additions = await asyncio.to_thread(runner.additions, loaded_pack, workspace)
+        additions = await asyncio.to_thread(
+            lambda: runner.additions(loaded_pack, workspace, replay=True)
+        )
         pack = joined(loaded_pack.pack, additions)
         pack = runner.with_delegates(pack, loaded_pack, None, Control())
         if toolbox is not None:  # live: the servers start as for a run

@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -25,6 +25,7 @@ from fabric.application.resolve import Resolution
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import AnthropicBackend, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError, McpError, SandboxError
+from fabric.domain.secrets import Secrets
 from fabric.infrastructure.additions import Where, additions_for
 from fabric.infrastructure.llm.backends import Backends, base_url_of, window_of
 from fabric.infrastructure.packs import git_audit, run_ledger
@@ -97,6 +98,8 @@ class RunSetup:
     protected_paths: tuple[Path, ...]
     """What tools may neither read nor write (the runs folder first)."""
     make_commands: CommandFactory = command_runner
+    secrets: Secrets = field(default_factory=Secrets)
+    """What fabric never writes out: a convention that keeps text beyond the run redacts it."""
     _host_code: HostCode | None = None
 
     @contextlib.asynccontextmanager
@@ -255,10 +258,21 @@ class RunSetup:
         except SandboxError as exc:
             return read_only, None, exc, additions
 
-    def additions(self, loaded_pack: LoadedPack, workspace: Path) -> tuple[Addition, ...]:
+    def additions(
+        self, loaded_pack: LoadedPack, workspace: Path, *, replay: bool = False
+    ) -> tuple[Addition, ...]:
         """What fabric's conventions add to a run of the pack in ``workspace`` (ADR 0025),
-        as its settings turn them on. Reads files: call it in a thread."""
-        return tuple(additions_for(Where(workspace, loaded_pack.settings, self.loaded)))
+        as its settings turn them on (``replay``: for a replay, ``Where.replay``). Reads
+        files: call it in a thread."""
+        where = Where(
+            workspace,
+            loaded_pack.settings,
+            self.loaded,
+            pack=loaded_pack.pack.name,
+            secrets=self.secrets,
+            replay=replay,
+        )
+        return tuple(additions_for(where))
 
     def _window(self, resolution: Resolution | None) -> tuple[int | None, int | None]:
         """The context window the resolved model has, and the reply's limit (``Kit``)."""

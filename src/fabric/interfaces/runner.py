@@ -73,7 +73,12 @@ class Runner:
     def __post_init__(self) -> None:
         self.models = ModelResolver(self.loaded, self.backends, self.chat_factory)
         self.setup = RunSetup(
-            self.loaded, self.backends, self.models, self.protected_paths, self.make_commands
+            self.loaded,
+            self.backends,
+            self.models,
+            self.protected_paths,
+            self.make_commands,
+            secrets=self.secrets,
         )
 
     def runlog_path(self, run_id: str) -> Path:
@@ -356,9 +361,11 @@ class Runner:
         """The pack's confined command runner (``RunSetup.commands_for``)."""
         return self.setup.commands_for(loaded_pack, workspace)
 
-    def additions(self, loaded_pack: LoadedPack, workspace: Path) -> tuple[Addition, ...]:
+    def additions(
+        self, loaded_pack: LoadedPack, workspace: Path, *, replay: bool = False
+    ) -> tuple[Addition, ...]:
         """What fabric's conventions add to a run of the pack (``RunSetup.additions``)."""
-        return self.setup.additions(loaded_pack, workspace)
+        return self.setup.additions(loaded_pack, workspace, replay=replay)
 
     def mcp_toolbox(self, loaded_pack: LoadedPack, workspace: Path) -> McpToolbox:
         """The pack's MCP servers for one run in ``workspace``, not started yet."""

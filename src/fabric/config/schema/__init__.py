@@ -24,6 +24,7 @@ from .llm import (
     Timeouts,
 )
 from .mcp import McpServerSettings, McpUse, check_server_name
+from .memory import MemorySettings
 from .packs import (
     Budget,
     Limits,
@@ -48,6 +49,7 @@ __all__ = [
     "Limits",
     "McpServerSettings",
     "McpUse",
+    "MemorySettings",
     "ModelOptions",
     "OllamaBackend",
     "OpenAIBackend",

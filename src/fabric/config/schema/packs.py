@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .base import KeyProblem, _Strict
 from .mcp import McpUse
+from .memory import MemorySettings
 from .sandbox import SandboxSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
@@ -145,6 +146,12 @@ class PackSettings(BaseModel):
         description="Packs this pack may hand part of its task to: each becomes a tool "
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",
+    )
+    memory: MemorySettings = Field(
+        default_factory=MemorySettings,
+        description="Memory across runs (off by default): facts runs keep for later runs in "
+        "the same workspace, which those can search (enabled, fact_chars, max_facts, "
+        "search_results).",
     )
 
     def unusable(self) -> list[KeyProblem]:

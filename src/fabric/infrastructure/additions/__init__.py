@@ -4,12 +4,13 @@ its own here and is imported only when the pack's settings turn it on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabric.application.additions import Addition
 from fabric.config.loader import LoadedConfig
 from fabric.config.schema import PackSettings
+from fabric.domain.secrets import Secrets
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,10 +23,32 @@ class Where:
     """The pack's settings: each convention's own key in them turns it on and shapes it."""
     loaded: LoadedConfig
     """The config the run was loaded with (its folder, its top-level settings)."""
+    pack: str = ""
+    """The pack's name."""
+    secrets: Secrets = field(default_factory=Secrets)
+    """What fabric never writes out (``compose.known_secrets``): a convention that keeps text
+    beyond the run (memory) takes them out of it first."""
+    replay: bool = False
+    """Set up for a replay (``fabric replay``): its tools work on a copy of the workspace, or
+    not at all, so a convention's tools must change nothing outside it (memory keeps
+    nothing)."""
 
 
 def additions_for(where: Where) -> list[Addition]:
     """What the pack's settings turn on for a run in ``where.workspace``, in the order the
     model is told of them. Called in a worker thread: a convention may read files."""
     found: list[Addition] = []
+    if where.settings.memory.enabled:
+        from .memory import memory_addition
+
+        found.append(memory_addition(where))
     return found
+
+
+def added_tool_names(settings: PackSettings) -> list[str]:
+    """The names of the tools the pack's settings turn conventions on for, known without
+    setting them up: a policy rule may name them (``pack_checks``)."""
+    names: list[str] = []
+    if settings.memory.enabled:
+        names += ["remember", "search_memory"]
+    return names

@@ -15,6 +15,7 @@ from fabric.application.pack import Pack
 from fabric.config.loader import LoadedConfig, validation_error
 from fabric.config.schema import PackSettings
 from fabric.domain.errors import ConfigError, FabricError, PackError
+from fabric.infrastructure.additions import added_tool_names
 
 if TYPE_CHECKING:
     from .entry_points import InstalledPack
@@ -92,6 +93,7 @@ def _policy_problems(place: Place, pack: Pack, settings: PackSettings) -> Iterat
     """A policy rule for a tool the pack does not have would never match: a misspelt name
     must not silently turn an intended ``deny`` into the default."""
     tools = [*pack.tool_names(), *(f"{PREFIX}{d}" for d in settings.delegates)]
+    tools += added_tool_names(settings)  # fabric's conventions' tools (ADR 0025)
     servers = tuple(f"{use.server}__" for use in settings.mcp)  # their tools: known per run
     for index, rule in enumerate(settings.sandbox.policy.rules):
         if rule.tool not in tools and not rule.tool.startswith(servers or ("\0",)):

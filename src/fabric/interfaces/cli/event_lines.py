@@ -143,6 +143,11 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
         tests = next((line for line in lines if line.startswith("The tests")), "")
         head = f"  looked at the workspace first ({len(lines)} lines for the model)"
         return f"{head} {tests}".rstrip()
+    if kind == "memory":
+        where = f"step {event['step']:>2}" if "step" in event else "       "
+        return (
+            f"  {where}  kept memory {event.get('id')}: {_first_line(str(event.get('fact')), 80)}"
+        )
     if kind in POLICY_KINDS:
         call = pending.get(str(event.get("call_id")), {})
         return describe_policy(event, short_args(call.get("arguments", "")))
