@@ -21,6 +21,7 @@ from .config_cmd import config_app
 from .eval_cmd import eval_command
 from .export_cmd import export_app
 from .mcp_cmd import mcp_app
+from .memory_cmd import memory_app
 from .options import BackendOpt, ConfigOpt, JsonOpt
 from .pack_cmd import init, pack_app
 from .run_cmd import resume, run
@@ -242,6 +243,7 @@ app.command(name="eval")(eval_command)
 app.add_typer(mcp_app, name="mcp")
 app.add_typer(config_app, name="config")
 app.add_typer(export_app, name="export")
+app.add_typer(memory_app, name="memory")
 
 
 def main() -> None:
