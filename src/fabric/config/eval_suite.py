@@ -145,6 +145,13 @@ class Case(_Strict):
         "null, the pack's own verification; 'off', none; else a command line.",
     )
     tags: list[str] = Field(default_factory=list, description="Free-form labels.")
+    memory: list[Annotated[str, Field(min_length=1, max_length=4000)]] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Facts the attempt's workspace has in its memory as its run starts, as if "
+        "earlier runs there had kept them (ADR 0030); every attempt starts with these and no "
+        "others. The case's pack must have memory on (the suite's pack_settings).",
+    )
     checks: list[Check] = Field(
         min_length=1,
         description="All must pass for an attempt to pass; none trusts the model's word.",
@@ -250,6 +257,8 @@ class EvalCase:
     checks: tuple[CheckSpec, ...]
     where: str
     """``file:line`` of the case, for messages."""
+    memory: tuple[str, ...] = ()
+    """Facts the attempt's workspace remembers as its run starts (``Case.memory``)."""
 
 
 @dataclass(frozen=True)

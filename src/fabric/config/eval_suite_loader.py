@@ -214,6 +214,7 @@ def _resolve(suite: Suite, case: Case, source: _Source, prefix: Sequence[str | i
         tags=tuple(case.tags),
         checks=tuple(case.checks),
         where=where,
+        memory=tuple(case.memory),
     )
 
 

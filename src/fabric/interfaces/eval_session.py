@@ -178,6 +178,7 @@ async def _attempts(
     options, folder = prepared.options, prepared.folder
     try:
         _load_packs(runner.pack, prepared.suite, {p.case.pack for p in prepared.planned})
+        _check_memory(runner, [p.case for p in prepared.planned])
         await asyncio.to_thread(folder.reserve, [p.key for p in prepared.planned])
     except ConfigError as exc:
         return EvalRun(left=list(prepared.planned), error=exc)
@@ -236,6 +237,19 @@ def _load_packs(load: Callable[[str], Any], suite: LoadedSuite, names: set[str])
                     f"with the suite's pack_settings ({where}): {exc.message}", hint=exc.hint
                 ) from exc
             raise
+
+
+def _check_memory(runner: Runner, cases: Sequence[EvalCase]) -> None:
+    """Refuse a case that gives its workspace memories when its pack has memory off: its runs
+    would never see them."""
+    for case in cases:
+        if case.memory and not runner.pack(case.pack).settings.memory.enabled:
+            raise ConfigError(
+                f"{case.where}: case {case.id} has memories, but pack {case.pack!r} has "
+                "memory off, so its runs would not see them",
+                hint=f"turn it on in the suite's pack_settings: {{{case.pack}: {{memory: "
+                "{enabled: true}}}",
+            )
 
 
 def _suite_folder(suite: LoadedSuite) -> Path | None:

@@ -110,17 +110,20 @@ def _ends_of(runlog: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 class AttemptFolders:
     """The Workspaces port: ``prepare`` copies a template fresh (symlinks copied as links, caches
-    left out), ``read`` opens beneath the folder like the file tools do."""
+    left out) with the case's memories, ``read`` opens beneath the folder like the file tools
+    do."""
 
-    def prepare(self, template: Path | None, folder: Path) -> None:
+    def prepare(self, template: Path | None, folder: Path, memory: Sequence[str] = ()) -> None:
         """Empty ``folder`` and copy ``template`` into it. The folder itself stays: other
         attempts' commands that started before hide it, bubblewrap by a mount on this folder,
-        which a new one of the same name would not have."""
+        which a new one of the same name would not have. Its memories (ADR 0030) are the
+        case's ``memory`` only: what an earlier attempt in the folder kept is forgotten."""
         problem = _emptied(folder)
         if problem:
             raise ConfigError(
                 f"cannot clear {folder} for a new attempt: {problem}", hint="remove it by hand"
             )
+        _remembered(folder, memory)
         if template is None:
             return
         try:
@@ -147,6 +150,32 @@ class AttemptFolders:
             return FileRead(None, exc.message)
         except OSError as exc:
             return FileRead(None, f"cannot read {path}: {exc.strerror or exc}")
+
+
+SEEDED = "eval-seed"
+"""The run id a case's own memories are kept under (``fabric memory list`` shows it)."""
+
+
+def _remembered(folder: Path, memory: Sequence[str]) -> None:
+    """``folder``'s memories made the facts ``memory``, cleaned as a run's are (a store that
+    does not exist is made only for facts to keep)."""
+    from fabric.application.memory import kept_text, workspace_key
+    from fabric.config.data import memory_path
+    from fabric.domain.secrets import Secrets
+    from fabric.infrastructure.additions.memory_store import MemoryStore
+
+    store = MemoryStore(memory_path())
+    key = workspace_key(folder)
+    try:
+        store.forget(key)
+        for fact in memory:
+            text, _ = kept_text(fact, secrets=Secrets(), most=len(fact))
+            store.add(key, text, SEEDED, "eval", most=len(memory))
+    except FabricError as exc:
+        raise ConfigError(
+            f"cannot set the memories of {folder} for a new attempt: {exc.message}",
+            hint=exc.hint,
+        ) from exc
 
 
 def _emptied(folder: Path) -> str | None:

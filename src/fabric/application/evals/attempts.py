@@ -137,7 +137,7 @@ async def run_attempt(
     case = item.case
     started = time.monotonic()
     folder = out / "work" / case.id / str(item.attempt)
-    await asyncio.to_thread(ports.workspaces.prepare, case.workspace, folder)
+    await asyncio.to_thread(ports.workspaces.prepare, case.workspace, folder, case.memory)
     if stop.is_set():
         return None
     run_id = ports.runner.new_run_id()

@@ -4,6 +4,7 @@ confined check commands and a log of finished attempts."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -51,9 +52,10 @@ class FileRead:
 class Workspaces(Protocol):
     """The attempts' folders."""
 
-    def prepare(self, template: Path | None, folder: Path) -> None:
+    def prepare(self, template: Path | None, folder: Path, memory: Sequence[str] = ()) -> None:
         """Make ``folder`` a fresh copy of ``template`` (an empty folder for None), removing
-        whatever an earlier, unfinished attempt left there."""
+        whatever an earlier, unfinished attempt left there, its memories too; then have it
+        remember the facts ``memory`` (``EvalCase.memory``)."""
         ...
 
     def read(self, folder: Path, path: str) -> FileRead:

@@ -1,0 +1,29 @@
+import pytest
+
+from cart import Cart, Line
+from discounts import UnknownCode, discount_cents
+
+
+def test_welcome_takes_five_percent() -> None:
+    cart = Cart([Line("book", 2000), Line("pen", 350, quantity=2)])
+    assert discount_cents(cart, "WELCOME5") == 135
+
+
+def test_codes_ignore_case_and_spaces() -> None:
+    assert discount_cents(Cart([Line("book", 2000)]), " welcome5 ") == 100
+
+
+def test_an_unknown_code_is_refused() -> None:
+    with pytest.raises(UnknownCode):
+        discount_cents(Cart([Line("book", 2000)]), "FREEBIE")
+
+
+def test_spring_takes_fifteen_percent_of_the_goods_from_forty_euros() -> None:
+    assert discount_cents(Cart([Line("book", 3000), Line("pen", 1000)]), "SPRING24") == 600
+    assert discount_cents(Cart([Line("book", 3999)]), "SPRING24") == 0
+
+
+def test_spring_leaves_gift_cards_out() -> None:
+    card = Line("card", 5000, gift_card=True)
+    assert discount_cents(Cart([Line("book", 3000), card]), "SPRING24") == 0
+    assert discount_cents(Cart([Line("book", 4333), card]), "SPRING24") == 650
