@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox.host import confining_backends
 from support import assert_valid_runlog, kinds, read_events
 
 from fabric.application.job import Control, RunRequest
@@ -243,6 +244,52 @@ def test_the_store_is_out_of_the_runs_reach(
     (tmp_path / "xdg" / "fabric").mkdir(parents=True)
     with pytest.raises(ConfigError, match="fabric's folder for memories"):
         check_workspace(tmp_path / "xdg" / "fabric", loaded, runs_dir=tmp_path / "runs")
+
+
+SHELL_CONFIG = """
+llm: {{models: {{default: m}}}}
+runs_dir: runs
+packs:
+  notes:
+    builder: declarative
+    system_prompt: You keep notes.
+    tools: [shell]
+    sandbox: {{allowed_commands: [cat, ls], confinement: {backend}}}
+    finish_schema: {{type: object, properties: {{answer: {{type: string}}}}}}
+    memory: {{enabled: true}}
+"""
+
+
+@pytest.mark.parametrize("backend", confining_backends())
+def test_commands_cannot_read_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    folder = tmp_path / "xdg" / "fabric"
+    (tmp_path / "fabric.yaml").write_text(SHELL_CONFIG.format(backend=backend))
+    replies = [
+        tool_call("remember", fact=FACT),
+        tool_call("shell", command=f"cat {folder / 'memory.sqlite3'}"),
+        tool_call("shell", command=f"ls -la {folder}"),
+        done(),
+    ]
+    chat = lambda model: ScriptedChatClient(list(replies), model=model)  # noqa: E731
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    result = asyncio.run(
+        build_runner(load_config(tmp_path / "fabric.yaml"), chat_factory=chat).run(
+            RunRequest("notes", "notes", workspace=ws)
+        )
+    )
+    events = assert_valid_runlog(Path(str(result.runlog_path)))
+    assert events[0]["confinement"]["backend"] == backend
+    assert (folder / "memory.sqlite3").is_file()
+    outputs = [str(e.get("output", "")) for e in results(events, "shell")]
+    assert len(outputs) == 2 and not any("TZ=UTC" in o for o in outputs), outputs
+    read, listed = outputs
+    refused = ("Permission denied", "No such file")  # Landlock / bubblewrap
+    assert read.startswith("[exit code 1]") and any(r in read for r in refused), read
+    assert "memory.sqlite3" not in listed, listed  # refused, or an empty folder in its place
 
 
 class Refuses:
