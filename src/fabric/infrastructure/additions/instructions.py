@@ -45,14 +45,13 @@ def instructions(where: Where) -> Addition:
     settings = where.settings.instructions
     ctx = ToolContext("", where.workspace, where.settings.sandbox)
     found = _look(ctx, "", settings.files, settings.max_chars)
-    given = [found] if isinstance(found, Given) else []
-    return _addition(
-        where,
-        given[0] if given else None,
-        {"given": [g.meta() for g in given], "skipped": _skipped(found), "nested": settings.nested},
-        used=sum(len(g.text) for g in given),
-        folders={""},
-    )
+    root = found if isinstance(found, Given) else None
+    meta = {
+        "given": [root.meta()] if root is not None else [],
+        "skipped": [found.meta()] if isinstance(found, Skipped) else [],
+        "nested": settings.nested,
+    }
+    return _addition(where, root, meta, used=len(root.text) if root else 0, folders={""})
 
 
 def _addition(
@@ -187,7 +186,3 @@ def _head(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
-
-def _skipped(found: Given | Skipped | None) -> list[dict[str, str]]:
-    return [found.meta()] if isinstance(found, Skipped) else []
