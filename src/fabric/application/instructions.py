@@ -26,9 +26,12 @@ PATH_ARGUMENTS = ("path", "paths")
 """The arguments of a tool call that name workspace paths (the file tools' ``path``)."""
 _DEEPEST = 16
 """Folders below the root looked at for one path, at most."""
-_DROPPED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ufeff]")
+_DROPPED = dict.fromkeys(
+    [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F),
+     *range(0x2066, 0x206A), 0xFEFF]
+)  # fmt: skip
 """Control characters but newline and tab, the bidirectional overrides that make text read
-otherwise than it is, and byte order marks."""
+otherwise than it is, and byte order marks (a ``str.translate`` table: they go)."""
 _TAG = re.compile(r"<(?=/?\s*project_instructions)", re.IGNORECASE)
 _NOT_A_TAG = "\u2039"
 """What a file's own ``<project_instructions`` starts with instead (a look-alike angle)."""
@@ -77,7 +80,7 @@ def cleaned(path: str, raw: bytes, room: int, *, more: bool) -> Given | Skipped:
     text = raw.decode("utf-8", "replace")
     if text.count("\ufffd") > max(8, len(text) // 10):
         return Skipped(path, "not UTF-8 text")
-    text = _DROPPED.sub("", text.replace("\r\n", "\n"))
+    text = text.replace("\r\n", "\n").translate(_DROPPED)
     text = _TAG.sub(_NOT_A_TAG, text)  # the file's text cannot end its own block
     cut = more or len(text) > room
     text = text[:room]
