@@ -173,6 +173,29 @@ def test_a_listed_or_searched_folder_counts_as_reached(tmp_path: Path, workspace
     assert _events(result)[0]["additions"]["instructions"]["given"] == []
 
 
+def test_an_edit_or_a_new_file_below_a_folder_brings_its_file(
+    tmp_path: Path, workspace: Path
+) -> None:
+    _write(
+        workspace,
+        {"api/AGENTS.md": "Handlers return dicts.\n", "api/h.py": "def h(): return 1\n",
+         "web/AGENTS.md": "Templates use tabs.\n"},
+    )  # fmt: skip
+
+    def script(step: int, messages: Sequence[Message]) -> ChatResponse:
+        if step == 1:
+            return tool_call("edit_file", path="api/h.py", old="return 1", new="return {}")
+        if step == 2:
+            return tool_call("write_file", path="web/new/page.html", content="<p>hi</p>\n")
+        return tool_call("finish_task", answer="done")
+
+    result = _run(_runner(tmp_path, Model(script)), workspace)
+    edited, written = _results(_events(result))
+    assert edited["ok"] and "Handlers return dicts." in edited["output"]
+    assert written["ok"] and "Templates use tabs." in written["output"]
+    assert [g["path"] for g in written["additions"]["instructions"]["given"]] == ["web/AGENTS.md"]
+
+
 def test_a_pack_can_turn_them_off_or_keep_them_to_the_root(tmp_path: Path, workspace: Path) -> None:
     _write(workspace, {"AGENTS.md": ROOT, "sub/AGENTS.md": "Sub rules.\n", "sub/x.py": "x\n"})
     off = Model(_reads("sub/x.py"))
