@@ -38,6 +38,10 @@ def additions_for(where: Where) -> list[Addition]:
     """What the pack's settings turn on for a run in ``where.workspace``, in the order the
     model is told of them. Called in a worker thread: a convention may read files."""
     found: list[Addition] = []
+    if where.settings.instructions.enabled:  # the workspace's AGENTS.md (ADR 0026)
+        from .instructions import instructions
+
+        found.append(instructions(where))
     if where.settings.memory.enabled:
         from .memory import memory_addition
 

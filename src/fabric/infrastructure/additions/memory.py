@@ -12,16 +12,20 @@ memories as they were."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fabric.application.additions import Addition
 from fabric.application.context import ToolContext
 from fabric.application.memory import (
-    PROMPT,
     event,
     found,
     kept_text,
     meta,
+    prompt,
+    recorded_facts,
     search_terms,
     workspace_key,
 )
@@ -59,7 +63,9 @@ class Memory:
 
 
 def memory_addition(where: Where) -> Addition:
-    """The memory tools and prompt for a run of ``where.pack`` in ``where.workspace``."""
+    """The memory tools and prompt for a run of ``where.pack`` in ``where.workspace``: the
+    prompt says how many facts the workspace holds now; a resume or a replay is told what
+    the recorded run was told (``restore``)."""
     settings = where.settings.memory
     store = MemoryStore(memory_path())
     key = workspace_key(where.workspace)
@@ -68,14 +74,23 @@ def memory_addition(where: Where) -> Addition:
         FunctionTool(remember, bind={"memory": memory}),
         FunctionTool(search_memory, bind={"memory": memory}),
     )
-    if where.replay:
-        return Addition(NAME, PROMPT, tools, {"store": str(store.path), "replay": True})
+    problem = None
     try:
         facts: int | None = store.count(key)
-        problem = None
     except FabricError as exc:  # the run goes on; its memory tools will say what is wrong
         facts, problem = None, exc.message
-    return Addition(NAME, PROMPT, tools, meta(store.path, key, facts, problem))
+    said = meta(store.path, key, facts, problem)
+    if where.replay:
+        said["replay"] = True
+    addition = Addition(NAME, prompt(facts), tools, said)
+
+    def restore(events: Sequence[Mapping[str, Any]]) -> Addition:
+        had, then = recorded_facts(events)
+        if not had:  # the run had no memory then: as it is now (a replay says it differs)
+            return addition
+        return dataclasses.replace(addition, prompt=prompt(then))
+
+    return dataclasses.replace(addition, restore=restore)
 
 
 async def remember(ctx: ToolContext, fact: str, memory: Memory) -> str:
