@@ -22,3 +22,9 @@ VERIFY_FAILED = (
     "Fix the problem, check it yourself, then call finish_task again. "
     "Attempts left: {left}."
 )
+
+TOOL_SEARCH = (
+    "\n\nThis run has more tools than are offered to you. When you need one you do not "
+    "have, call search_tools with a few words of what it should do, then load_tools with the "
+    "names you want: they are offered to you from your next step on."
+)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .base import KeyProblem, _Strict
 from .mcp import McpUse
 from .sandbox import SandboxSettings
+from .tool_search import ToolSearchSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
 """A pack's name: it becomes part of tool names (``delegate_<pack>``, the MCP server's tools)
@@ -145,6 +146,11 @@ class PackSettings(BaseModel):
         description="Packs this pack may hand part of its task to: each becomes a tool "
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",
+    )
+    tool_search: ToolSearchSettings = Field(
+        default_factory=ToolSearchSettings,
+        description="Above this many tools, the model searches them and loads what it needs "
+        "instead of getting every schema in every request: threshold, always, max_results.",
     )
 
     def unusable(self) -> list[KeyProblem]:
