@@ -365,3 +365,16 @@ def test_the_packs_own_tools_are_offered_always_unless_searched_too(tmp_path: Pa
     # every tool offered always: nothing to search, so no search
     _, chat, _ = _run(tmp_path, two_hundred(), [FINISH], ToolSearchSettings(always=["*"]))
     assert len(chat.requests[0][1]) == 201
+
+
+def test_200_schemas_do_not_fit_a_small_window_and_searching_them_does(tmp_path: Path) -> None:
+    """The embedded model's 8,192 tokens: every schema at once ends the run at its first
+    step, saying why; searched, the run goes on."""
+    small = {"context_size": 8192, "reply_tokens": 1536}
+    script = [tool_call("weather_forecast", {"city": "Oslo"}), FINISH]
+    _, chat, result = _run(tmp_path, two_hundred(), script, None, **small)
+    assert result.status.value == "failed" and chat.requests == []
+    assert "the model's context window of 8,192 holds 6,656" in result.error["message"]
+    script = [tool_call("load_tools", {"names": ["weather_forecast"]}), *script]
+    _, _, result = _run(tmp_path, two_hundred(), script, **small)
+    assert result.status.value == "completed", result.error
