@@ -81,14 +81,15 @@ def words(text: str) -> list[str]:
     (the whole word kept as well), a plural ``s`` dropped, common words left out."""
     found: list[str] = []
     for part in _PART.findall(text):
-        pieces = [p.lower() for p in _PIECE.findall(part)]
         whole = part.lower()
-        for word in [whole, *(p for p in pieces if p != whole)] if pieces else [whole]:
-            if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
-                word = word[:-1]
-            if word not in _STOP:
-                found.append(word)
-    return found
+        found.append(whole)
+        if not part[1:].islower() and not part.isdigit():  # camelCase, CAPS, digits: pieces
+            found += (p for p in map(str.lower, _PIECE.findall(part)) if p != whole)
+    return [_stem(w) for w in found if w not in _STOP]
+
+
+def _stem(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word[-1] == "s" and word[-2] != "s" else word
 
 
 class _Index:
