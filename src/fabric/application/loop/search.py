@@ -12,7 +12,6 @@ that goes away is no longer offered, and is again if it comes back."""
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections import Counter
@@ -275,6 +274,8 @@ class Catalog:
 
     def _guess(self, name: str) -> str:
         """`` (did you mean a, b?)`` for a name the run has no tool of, or nothing."""
+        import difflib  # only for a mistake: not at every run's start
+
         names = sorted(t.spec.name for t in self.tools)
         near = [n for n in names if n.endswith(f"__{name}")]  # the server's prefix left out
         near += difflib.get_close_matches(name, names, n=3, cutoff=0.6)
