@@ -365,6 +365,10 @@ def test_the_packs_own_tools_are_offered_always_unless_searched_too(tmp_path: Pa
     # every tool offered always: nothing to search, so no search
     _, chat, _ = _run(tmp_path, two_hundred(), [FINISH], ToolSearchSettings(always=["*"]))
     assert len(chat.requests[0][1]) == 201
+    # a tool of the pack's own named like fabric's search keeps its name: no search
+    taken = [*two_hundred()[1:], Canned("search_tools", "The pack's own.")]
+    _, chat, _ = _run(tmp_path, taken, [FINISH])
+    assert len(chat.requests[0][1]) == 201
 
 
 def test_200_schemas_do_not_fit_a_small_window_and_searching_them_does(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ from .eval_suite import (
 )
 from .layers import UniqueKeyLoader
 from .loader import _line_of, validation_error
-from .schema import McpServerSettings, check_server_name
+from .schema import McpServerSettings
+from .schema.mcp import check_server_name
 
 SUITE_FILE = "suite.yaml"
 CASES_FOLDER = "cases"

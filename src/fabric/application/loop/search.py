@@ -136,8 +136,11 @@ class Catalog:
     @classmethod
     def for_run(cls, settings: ToolSearchSettings | None, tools: Sequence[Tool]) -> Catalog | None:
         """The catalog of a run with ``tools`` when its settings have it search (None: every
-        tool is offered)."""
+        tool is offered; so it is when every one would be, or when one of them is named
+        ``search_tools`` or ``load_tools``)."""
         if settings is None or not settings.searching(len(tools)):
+            return None
+        if any(t.spec.name in OWN for t in tools):  # a tool of the run has the name: it keeps it
             return None
         catalog = cls(settings, tools)
         return catalog if len(catalog.offered()) < len(tools) else None  # nothing to search
