@@ -4,17 +4,14 @@ of fabric's own: ``search_tools`` (the best matches for a few words, by name and
 description) and ``load_tools`` (names whose schemas are offered from then on). Every tool
 still exists: a call to one that is not loaded is told to load it first.
 
-The ranking is BM25 over the words of each tool's name (counted twice) and description,
-in pure Python and deterministic (ties by name), so a replay finds what the run found. The
+The ranking is ``ranking.py``'s, deterministic, so a replay finds what the run found. The
 catalog is the run's whole set of tools (the pack's, its additions', its MCP servers'),
 which can change during the run like the tools offered do (``ToolUpdates``); a loaded tool
 that goes away is no longer offered, and is again if it comes back."""
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
@@ -25,6 +22,8 @@ from fabric.application.ports import Tool
 from fabric.config.schema import ToolSearchSettings
 from fabric.domain.errors import ToolError
 from fabric.domain.models import ToolSpec
+
+from .ranking import MAX_QUERY, Ranking, words
 
 SEARCH_TOOL, LOAD_TOOL = "search_tools", "load_tools"
 SEARCH = ToolSpec(
@@ -59,66 +58,10 @@ LOAD = ToolSpec(
     },
 )
 OWN = frozenset({SEARCH_TOOL, LOAD_TOOL})
-MAX_QUERY = 500
-"""Characters of a query that are searched (the rest is ignored)."""
 MAX_LOAD = 20
 """Names one load_tools call may give."""
 LINE = 160
 """Characters of a description a search result shows, at most (its first line)."""
-_K1, _B = 1.2, 0.75
-_PART = re.compile(r"[^\W_]+")
-_PIECE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
-_STOP = frozenset(
-    {"a", "an", "and", "are", "as", "at", "be", "by", "do", "for", "from", "get", "i", "in",
-     "is", "it", "its", "me", "my", "need", "of", "on", "or", "that", "the", "this", "to",
-     "tool", "use", "want", "what", "which", "with"}
-)  # fmt: skip
-
-
-def words(text: str) -> list[str]:
-    """The words of ``text`` as searched: lower case, ``snake_case`` and ``camelCase`` split
-    (the whole word kept as well), a plural ``s`` dropped, common words left out."""
-    found: list[str] = []
-    for part in _PART.findall(text):
-        whole = part.lower()
-        found.append(whole)
-        if not part[1:].islower() and not part.isdigit():  # camelCase, CAPS, digits: pieces
-            found += (p for p in map(str.lower, _PIECE.findall(part)) if p != whole)
-    return [_stem(w) for w in found if w not in _STOP]
-
-
-def _stem(word: str) -> str:
-    return word[:-1] if len(word) > 3 and word[-1] == "s" and word[-2] != "s" else word
-
-
-class _Index:
-    """BM25 over the tools' names and descriptions."""
-
-    def __init__(self, specs: Sequence[ToolSpec]) -> None:
-        self.names = [s.name for s in specs]
-        self.docs = [Counter(words(s.name) * 2 + words(s.description)) for s in specs]
-        self.lengths = [sum(d.values()) for d in self.docs]
-        self.average = (sum(self.lengths) / len(self.docs)) if self.docs else 1.0
-        df: Counter[str] = Counter()
-        for doc in self.docs:
-            df.update(doc.keys())
-        n = len(self.docs)
-        self.idf = {w: math.log((n - f + 0.5) / (f + 0.5) + 1) for w, f in df.items()}
-
-    def ranked(self, query: str) -> list[str]:
-        """The names of the tools whose words hold any of ``query``'s, best first."""
-        terms = list(dict.fromkeys(words(query[:MAX_QUERY])))
-        scored: list[tuple[float, str]] = []
-        for at, doc in enumerate(self.docs):
-            score = 0.0
-            for term in terms:
-                tf = doc.get(term, 0)
-                if tf:
-                    norm = _K1 * (1 - _B + _B * self.lengths[at] / self.average)
-                    score += self.idf[term] * tf * (_K1 + 1) / (tf + norm)
-            if score > 0:
-                scored.append((-score, self.names[at]))
-        return [name for _, name in sorted(scored)]
 
 
 class Catalog:
@@ -130,7 +73,7 @@ class Catalog:
         self.loaded: list[str] = []
         """The names the model loaded, in order (offered while the tool exists)."""
         self._fresh: list[str] = []
-        self._index: _Index | None = None
+        self._index: Ranking | None = None
         self.update(tools)
 
     @classmethod
@@ -272,7 +215,7 @@ class Catalog:
 
     def _ranked(self, query: str) -> list[str]:
         if self._index is None:
-            self._index = _Index([t.spec for t in self.tools])
+            self._index = Ranking([t.spec for t in self.tools])
         return self._index.ranked(query)
 
     def _guess(self, name: str) -> str:
@@ -328,5 +271,4 @@ __all__ = [
     "SEARCH_TOOL",
     "Catalog",
     "recorded_settings",
-    "words",
 ]
