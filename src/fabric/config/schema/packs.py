@@ -12,6 +12,7 @@ from .base import KeyProblem, _Strict
 from .instructions import InstructionsSettings
 from .mcp import McpUse
 from .sandbox import SandboxSettings
+from .tool_search import ToolSearchSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
 """A pack's name: it becomes part of tool names (``delegate_<pack>``, the MCP server's tools)
@@ -151,6 +152,11 @@ class PackSettings(BaseModel):
         default_factory=InstructionsSettings,
         description="The workspace's AGENTS.md (its root's, and a subfolder's when a tool "
         "call reaches into it) given to the model as the project's guidance (ADR 0026).",
+    )
+    tool_search: ToolSearchSettings = Field(
+        default_factory=ToolSearchSettings,
+        description="Above this many tools, the model searches them and loads what it needs "
+        "instead of getting every schema in every request: threshold, always, max_results.",
     )
 
     def unusable(self) -> list[KeyProblem]:
