@@ -33,6 +33,7 @@ from .approvals import RecordedApprover
 from .context import ToolContext
 from .execute_task import execute_task
 from .job import Control, Job, Kit
+from .loop.search import recorded_settings
 from .loop.window import asked_of, recorded_window
 from .pack import AfterCall, Appended, Pack
 from .ports import ChatClient, RunLog, Tool, ToolChange, ToolUpdates, tool_diff
@@ -286,7 +287,7 @@ class _ResumingOffers:
             change = await self._live.changed(step) if self._live is not None else None
             if change is not None:
                 self._now = list(change.tools)
-            if step == self._completed + 1 and _specs(self._now) != _specs(self._offered):
+            if step == self._completed + 1 and self._differ(self._now, self._offered):
                 change = ToolChange(
                     tuple(self._now),
                     change.note if change else _resumed_note(self._offered, self._now),
@@ -294,6 +295,13 @@ class _ResumingOffers:
         if change is not None:
             self._offered = list(change.tools)
         return change
+
+    def _differ(self, now: Sequence[Tool], then: Sequence[Tool]) -> bool:
+        """Whether the tools now are not those of then: in order, or for a run that searched
+        its tools (which offers them by name, not in the set's order) by name."""
+        if self._recorded.searched is not None:
+            return {t.spec.name: t.spec for t in now} != {t.spec.name: t.spec for t in then}
+        return [t.spec for t in now] != [t.spec for t in then]
 
 
 class _AfterNewSteps:
@@ -309,10 +317,6 @@ class _AfterNewSteps:
         if ctx.step <= self._completed:
             return None
         return await self._live(name, arguments, ctx)
-
-
-def _specs(tools: Sequence[Tool]) -> list[ToolSpec]:
-    return [t.spec for t in tools]
 
 
 def _resumed_note(before: Sequence[Tool], now: Sequence[Tool]) -> dict[str, Any]:
@@ -427,6 +431,7 @@ async def resume_task(
         sandbox,
         meta or {},
         outer_policies=outer_policies,  # a delegated run: its parents' policies hold
+        tool_search=recorded_settings(plan.started),  # it searches its tools as it did
     )
     window, reply = recorded_window(plan.started)
     resumed_kit = dataclasses.replace(

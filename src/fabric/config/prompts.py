@@ -50,3 +50,9 @@ INSTRUCTIONS_CUT = (
     "\n[fabric: {path} goes on past this point; it was cut short to keep the project "
     "instructions within instructions.max_chars]"
 )
+
+TOOL_SEARCH = (
+    "\n\nThis run has more tools than are offered to you. When you need one you do not "
+    "have, call search_tools with a few words of what it should do, then load_tools with the "
+    "names you want: they are offered to you from your next step on."
+)

@@ -22,6 +22,7 @@ from typing import Any
 from fabric.application.approvals import RecordedApprover
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, Kit
+from fabric.application.loop.search import recorded_settings
 from fabric.application.loop.window import recorded_window
 from fabric.application.pack import Pack
 from fabric.config.schema import Limits, SandboxSettings
@@ -111,6 +112,7 @@ async def replay(
         limits,
         sandbox,
         meta={"replay_of": recording.run_id},
+        tool_search=recorded_settings(recording.started),  # it searches as the run did
     )
     window, reply = recorded_window(recording.started)
     replaying = dataclasses.replace(

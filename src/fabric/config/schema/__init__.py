@@ -36,6 +36,7 @@ from .packs import (
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
 from .telemetry import TelemetrySettings
+from .tool_search import ToolSearchSettings
 
 __all__ = [
     "AnthropicBackend",
@@ -62,6 +63,7 @@ __all__ = [
     "ServeSettings",
     "TelemetrySettings",
     "Timeouts",
+    "ToolSearchSettings",
     "VerifySettings",
     "WebSearchSettings",
     "WebSettings",

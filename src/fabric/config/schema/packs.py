@@ -13,6 +13,7 @@ from .instructions import InstructionsSettings
 from .mcp import McpUse
 from .memory import MemorySettings
 from .sandbox import SandboxSettings
+from .tool_search import ToolSearchSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
 """A pack's name: it becomes part of tool names (``delegate_<pack>``, the MCP server's tools)
@@ -158,6 +159,11 @@ class PackSettings(BaseModel):
         description="Memory across runs (off by default): facts runs keep for later runs in "
         "the same workspace, which those can search (enabled, fact_chars, max_facts, "
         "search_results).",
+    )
+    tool_search: ToolSearchSettings = Field(
+        default_factory=ToolSearchSettings,
+        description="Above this many tools, the model searches them and loads what it needs "
+        "instead of getting every schema in every request: threshold, always, max_results.",
     )
 
     def unusable(self) -> list[KeyProblem]:
