@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fabric.application.additions import Addition, joined
+from fabric.application.additions import recorded as recorded_additions
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Control, Kit
 from fabric.application.pack import Pack
@@ -112,6 +113,7 @@ async def replay_run(
                 live=live,
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
+                meta=recorded_additions(additions),
             )
         finally:
             runlog.close()

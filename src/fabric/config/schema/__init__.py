@@ -34,6 +34,7 @@ from .packs import (
 )
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
+from .skills import SkillSettings
 from .telemetry import TelemetrySettings
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "SandboxSettings",
     "SelectionSettings",
     "ServeSettings",
+    "SkillSettings",
     "TelemetrySettings",
     "Timeouts",
     "VerifySettings",

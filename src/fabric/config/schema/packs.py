@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .base import KeyProblem, _Strict
 from .mcp import McpUse
 from .sandbox import SandboxSettings
+from .skills import SkillSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
 """A pack's name: it becomes part of tool names (``delegate_<pack>``, the MCP server's tools)
@@ -145,6 +146,11 @@ class PackSettings(BaseModel):
         description="Packs this pack may hand part of its task to: each becomes a tool "
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",
+    )
+    skills: SkillSettings = Field(
+        default_factory=SkillSettings,
+        description="Skills the pack's runs are offered: folders with a SKILL.md found in "
+        "configured folders and in the workspace (ADR 0027).",
     )
 
     def unusable(self) -> list[KeyProblem]:

@@ -28,4 +28,9 @@ def additions_for(where: Where) -> list[Addition]:
     """What the pack's settings turn on for a run in ``where.workspace``, in the order the
     model is told of them. Called in a worker thread: a convention may read files."""
     found: list[Addition] = []
+    if where.settings.skills.enabled:  # ADR 0027
+        from .skills import skills_addition
+
+        if (skills := skills_addition(where)) is not None:
+            found.append(skills)
     return found
