@@ -27,7 +27,12 @@ def skills(
     ] = None,
     workspace: Annotated[
         Path,
-        typer.Option("--workspace", "-w", help="The workspace to look in (default: here)."),
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="The workspace to look in (default: here).",
+            show_default=False,
+        ),
     ] = Path(),
     as_json: JsonOpt = False,
 ) -> None:
