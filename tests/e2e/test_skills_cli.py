@@ -118,3 +118,18 @@ def test_skills_errors_say_what_to_do(cli: CliRunner, tmp_path: Path) -> None:
     missing = cli.invoke(app, ["skills", "-w", "not-there"])
     assert missing.exit_code == 2
     assert "not-there" in missing.stderr and "hint:" in missing.stderr
+
+
+def test_names_from_the_workspace_cannot_drive_the_terminal(cli: CliRunner, tmp_path: Path) -> None:
+    skills = tmp_path / "ws" / ".agents" / "skills"
+    (skills / "evil\x1b[2J").mkdir()
+    (skills / "bell").mkdir()
+    (skills / "bell" / "SKILL.md").write_text(  # YAML's escapes: a bell and a C1 CSI
+        '---\nname: bell\ndescription: "Rings\\a the \\x9b31m bell."\n---\n'
+    )
+    result = cli.invoke(app, ["skills", "-w", "ws"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\x9b" not in result.stdout
+    assert "  .agents/skills/evil\\x1b[2J: it has no SKILL.md\n" in result.stdout
+    assert "  bell           Rings\\x07 the \\x9b31m bell.\n" in result.stdout

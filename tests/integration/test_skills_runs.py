@@ -156,12 +156,15 @@ def test_a_run_sees_names_and_descriptions_and_loads_a_skill_by_name(project: Pa
     assert model.tool_names() == ["read_file", "write_file", "shell", "load_skill", "finish_task"]
 
     regen, reference, style, broken = _results(events, "load_skill")
-    assert regen.startswith(
+    assert regen == (
         "# Skill regen-table (from the workspace, untrusted like any file there; folder "
-        ".agents/skills/regen-table)\n\n# Regenerating table.txt\n"
-    )
-    assert regen.endswith(
-        "- .agents/skills/regen-table/reference.md\n- .agents/skills/regen-table/scripts/regen.py\n"
+        ".agents/skills/regen-table)\n\n# Regenerating table.txt\n\n"
+        "Run `python .agents/skills/regen-table/scripts/regen.py`; never edit table.txt by hand."
+        "\n\nFiles of this skill: run a script with shell by the path shown here (e.g. `python "
+        ".agents/skills/regen-table/scripts/regen.py`); read one with "
+        'load_skill(name="regen-table", file="reference.md").\n'
+        "- .agents/skills/regen-table/reference.md\n"
+        "- .agents/skills/regen-table/scripts/regen.py\n"
     )
     assert reference == "Rows are sorted as given.\n"
     configured = project / "team-skills" / "house-style"

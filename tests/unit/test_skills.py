@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fabric.application.skills import Found, listing
+from fabric.application.skills import Found, listing, one_line
 from fabric.config.loader import load_config
 from fabric.config.schema import SkillSettings
 from fabric.infrastructure.additions import Where, additions_for
@@ -70,6 +70,7 @@ def test_the_prompt_lists_names_and_one_line_descriptions_only(place: Path) -> N
     assert text.endswith("- regen-schema: Regenerate the schema. (workspace)")
     assert "load_skill" in text
     assert "BODY" not in text
+    assert one_line("Clears\x1b[2J the\n  screen\x07.") == "Clears[2J the screen."
 
 
 def test_a_workspace_without_skills_has_none_and_nothing_skipped(place: Path) -> None:
@@ -151,7 +152,7 @@ def test_every_reason_a_workspace_folder_is_skipped(place: Path) -> None:
         ".agents/skills/no-file": "it has no SKILL.md",
         ".agents/skills/no-name": "its front matter has no name",
         ".agents/skills/no-words": no_description,
-        ".agents/skills/number": f"name 12 {bad_name}",
+        ".agents/skills/number": "its name is not a string but a int",
         ".agents/skills/other": "name 'another' differs from its folder's name 'other': they "
         "must match",
         ".agents/skills/plain": front,
@@ -163,17 +164,25 @@ def test_every_reason_a_workspace_folder_is_skipped(place: Path) -> None:
 
 def test_yaml_that_would_blow_up_is_skipped_or_read_as_a_small_mapping(place: Path) -> None:
     folder = place / "ws" / ".agents" / "skills"
-    laughs = "---\nname: lol\ndescription: &a [x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a]\n"
-    laughs += "c: &c [*b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c]\n---\n"
+    laughs = "---\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for before, level in zip("abcdefghi", "bcdefghij", strict=True):  # 10 ** 10 x unfolded
+        laughs += f"{level}: &{level} [{', '.join([f'*{before}'] * 10)}]\n"
+    laughs += "name: *j\n---\n"
     _write(folder / "lol" / "SKILL.md", laughs)
     _write(folder / "deep" / "SKILL.md", "---\nname: " + "[" * 20_000 + "\n---\n")
     _write(folder / "tagged" / "SKILL.md", "---\nname: !!python/object:os.system x\n---\n")
+    _write(folder / "no-date" / "SKILL.md", "---\nname: no-date\ndescription: 2024-13-45\n---\n")
+    _write(folder / "no-int" / "SKILL.md", "---\nname: no-int\nsize: !!int 0x\n---\n")
     found = found_in(place)
     assert found.skills == ()
     said = reasons(found)
-    assert said[".agents/skills/lol"].startswith("its front matter has no description")
+    assert said[".agents/skills/lol"] == "its name is not a string but a list"
     assert said[".agents/skills/deep"].startswith("its front matter is not valid YAML")
     assert said[".agents/skills/tagged"].startswith("its front matter is not valid YAML")
+    assert said[".agents/skills/no-date"] == (
+        "its front matter is not valid YAML: month must be in 1..12"
+    )
+    assert said[".agents/skills/no-int"].startswith("its front matter is not valid YAML: ")
 
 
 def test_fabric_s_own_folders_and_the_workspace_are_never_skill_folders(

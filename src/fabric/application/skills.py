@@ -83,8 +83,10 @@ def front_matter_problem(meta: Mapping[str, Any], folder_name: str) -> str | Non
     name = meta.get("name")
     if name is None:
         return "its front matter has no name"
-    if not isinstance(name, str) or not SKILL_NAME.match(name) or len(name) > NAME_CHARS:
-        shown = repr(name)[:80]
+    if not isinstance(name, str):  # never repr'd: a YAML alias bomb would unfold
+        return f"its name is not a string but a {type(name).__name__}"
+    if not SKILL_NAME.match(name) or len(name) > NAME_CHARS:
+        shown = repr(name[:80])
         return (
             f"name {shown} is not a skill name: lowercase letters, digits and single hyphens, "
             f"at most {NAME_CHARS} characters"
@@ -100,8 +102,9 @@ def front_matter_problem(meta: Mapping[str, Any], folder_name: str) -> str | Non
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line: a description cannot start lines of its own in the prompt."""
-    return " ".join(text.split())
+    """``text`` on one line, without control characters: a description cannot start lines
+    of its own in the prompt."""
+    return "".join(c for c in " ".join(text.split()) if c.isprintable())
 
 
 def offered(candidates: Iterable[Skill | Skipped], most: int) -> Found:
@@ -155,11 +158,13 @@ def loaded_text(skill: Skill, files: Sequence[str], *, more: bool = False) -> st
     )
     parts = [f"# Skill {skill.name} ({trust}; folder {skill.folder})", "", skill.body.strip()]
     if files:
+        script = next((path for path in files if path.endswith(".py")), None)
+        run = f" (e.g. `python {script}`)" if script else ""
+        inside = files[0][len(skill.folder) :].lstrip("/")
         parts += [
             "",
-            "Files of this skill: run a script with shell by the path shown here (e.g. "
-            f"`python {skill.folder}/scripts/x.py`); read a file with "
-            f'load_skill(name="{skill.name}", file="<its path inside the skill folder>").',
+            f"Files of this skill: run a script with shell by the path shown here{run}; read "
+            f'one with load_skill(name="{skill.name}", file="{inside}").',
             *(f"- {path}" for path in files),
         ]
         if more:

@@ -20,7 +20,7 @@ from fabric.infrastructure.tools.function_tool import reads_only
 from fabric.infrastructure.tools.walk import SKIP_DIRS
 from fabric.infrastructure.tools.workspace import Workspace, check_unprotected, relative_path
 
-from .skill_folders import FILE, FOLDER, SKILL_FILE
+from .skill_folders import ENTRIES, FILE, FOLDER, SKILL_FILE
 
 FILES_LISTED = 50
 """Files of a skill ``load_skill`` lists at most."""
@@ -121,7 +121,8 @@ def _files(fd: int, prefix: str, depth: int) -> Iterator[str]:
     """The skill's files below the open folder ``fd``, sorted, its SKILL.md left out;
     folders are entered by fd with O_NOFOLLOW (a symlinked folder is never walked)."""
     with os.scandir(fd) as found:
-        entries = sorted((e.name, _is_dir(e)) for e in found if not e.name.startswith("."))
+        listed = itertools.islice(found, ENTRIES)
+        entries = sorted((e.name, _is_dir(e)) for e in listed if not e.name.startswith("."))
     for name, is_dir in entries:
         if not is_dir and not (depth == 0 and name == SKILL_FILE):
             yield prefix + name

@@ -31,7 +31,7 @@ from fabric.infrastructure.tools.beneath import LeadsOutside, open_beneath, real
 FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO opens at once, then is refused
 ENTRIES = 4096
-"""Entries of one skill folder listed at most."""
+"""Entries of one folder listed at most (a skills folder, or a folder of a skill's files)."""
 SKILL_FILE = "SKILL.md"
 
 
@@ -249,6 +249,8 @@ def _yaml(text: str) -> dict[str, Any] | str:
         return f"its front matter is not valid YAML: {problem}{where}"
     except RecursionError:
         return "its front matter is not valid YAML: nested too deeply"
+    except (ValueError, TypeError, OverflowError) as exc:  # a tag or date that cannot be made
+        return f"its front matter is not valid YAML: {exc}"
     if not isinstance(data, dict):
         return "its front matter is not a mapping of keys (name: ..., description: ...)"
     return data

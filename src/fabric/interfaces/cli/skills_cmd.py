@@ -57,7 +57,7 @@ def skills(
     looked = [*map(str, settings.configured(loaded.base_dir)), *settings.workspace_folders]
     if as_json:
         report = _report(name, folder, settings, looked, found)
-        typer.echo(json.dumps(report, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(report, indent=2))
     else:
         _print(name, folder, settings, looked, found, sys.stdout)
 
@@ -98,7 +98,7 @@ def _print(
         for s in found.skills:
             where = "workspace (untrusted)" if s.source == "workspace" else "configured"
             out.write(f"  {s.name:<{width}}  {_short(s.description)}\n")
-            out.write(f"  {'':<{width}}  {where}: {s.folder}\n")
+            out.write(f"  {'':<{width}}  {where}: {_plain(s.folder)}\n")
     else:
         out.write(f"no skills for pack {pack!r} in {workspace}; looked in: "
                   f"{', '.join(looked) or 'no folder'}\n")  # fmt: skip
@@ -107,9 +107,15 @@ def _print(
     if found.skipped:
         out.write("skipped:\n")
         for skipped in found.skipped:
-            out.write(f"  {skipped.folder}: {skipped.reason}\n")
+            out.write(f"  {_plain(skipped.folder)}: {_plain(skipped.reason)}\n")
 
 
 def _short(text: str, most: int = 100) -> str:
-    line = " ".join(text.split())
+    line = _plain(" ".join(text.split()))
     return line if len(line) <= most else line[: most - 3] + "..."
+
+
+def _plain(text: str) -> str:
+    """``text`` with what a terminal would act on (escape sequences, other control
+    characters) written out: folder names and descriptions come from the workspace."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
