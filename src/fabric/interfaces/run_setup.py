@@ -246,17 +246,19 @@ class RunSetup:
         if read_only is None:
             read_only = self.read_only_in(workspace)
         settings = loaded_pack.settings
+        readable = self._readable(settings, workspace)
         return self.make_commands(
-            settings.sandbox, workspace, self.protected_paths, read_only, self._readable(settings)
+            settings.sandbox, workspace, self.protected_paths, read_only, readable
         )
 
-    def _readable(self, settings: PackSettings) -> tuple[Path, ...]:
+    def _readable(self, settings: PackSettings, workspace: Path) -> tuple[Path, ...]:
         """The pack's configured skill folders, for its commands to read (ADR 0027)."""
         if not settings.skills.enabled or not settings.skills.folders:
             return ()
         from fabric.infrastructure.additions.skill_folders import readable_folders
 
-        return readable_folders(settings.skills, self.loaded.base_dir, self.loaded.runs_dir)
+        loaded = self.loaded
+        return readable_folders(settings.skills, loaded.base_dir, loaded.runs_dir, workspace)
 
     def _confinement(self, loaded_pack: LoadedPack, workspace: Path) -> Confinement:
         """The workspace's host code and ``commands_for`` it, or why the commands cannot be

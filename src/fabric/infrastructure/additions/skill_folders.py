@@ -61,10 +61,13 @@ def find_skills(settings: SkillSettings, workspace: Path, base_dir: Path, runs_d
     return offered(candidates, settings.max_skills)
 
 
-def readable_folders(settings: SkillSettings, base_dir: Path, runs_dir: Path) -> tuple[Path, ...]:
-    """The configured skill folders that exist and are no place of fabric's own: what a
-    run's commands may read, to run a skill's scripts (the sandbox binds them read-only)."""
-    guard = _Guard(runs_dir, None)
+def readable_folders(
+    settings: SkillSettings, base_dir: Path, runs_dir: Path, workspace: Path
+) -> tuple[Path, ...]:
+    """The configured skill folders a run in ``workspace`` is offered skills from (they
+    exist, and ``find_skills`` does not refuse them): what its commands may read, to run a
+    skill's scripts (the sandbox binds them read-only)."""
+    guard = _Guard(runs_dir, Path(os.path.realpath(workspace)))
     return tuple(
         p for p in settings.configured(base_dir) if p.is_dir() and guard.problem(p) is None
     )
