@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shutil
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -241,7 +242,7 @@ def test_with_skills_off_a_run_has_neither_the_list_nor_the_tool(project: Path) 
     assert result.status.value == "completed", result.error
     assert model.system() == "You help."
     assert "load_skill" not in model.tool_names()
-    assert "additions" not in events[0]
+    assert "skills" not in events[0].get("additions", {})
 
 
 def test_a_run_that_loaded_a_skill_replays_identically_recorded_and_live(project: Path) -> None:
@@ -288,3 +289,60 @@ def test_a_run_that_loaded_a_skill_resumes_with_it(project: Path) -> None:
     assert _results(events, "load_skill")[-1] == "Rows are sorted as given.\n"
     [mark] = [e for e in events if e["kind"] == "run_resumed"]
     assert mark["additions"] == events[0]["additions"]  # the skills, found again
+
+
+def test_a_replay_offers_the_skills_the_run_was_offered_after_they_changed(
+    project: Path,
+) -> None:
+    model = Model([tool_call("load_skill", {"name": "regen-table"}), FINISH])
+    result, _ = _run(project, model)
+    path = Path(result.runlog_path or "")
+    skill = project / "ws" / ".agents" / "skills" / "regen-table" / "SKILL.md"
+    skill.write_text(REGEN.replace("never edit", "feel free to edit"))
+    shutil.rmtree(project / "team-skills")
+    runner = build_runner(load_config(project / "fabric.yaml"))
+    try:
+        recorded = asyncio.run(runner.replay(path))
+        live = asyncio.run(runner.replay(path, live=True))
+        shutil.rmtree(project / "ws" / ".agents")
+        gone = asyncio.run(runner.replay(path))
+    finally:
+        asyncio.run(runner.aclose())
+    # the prompt lists both skills as the run had them; the recorded result answers the load,
+    # even with no skill folder left at all
+    assert recorded.identical, recorded.divergence
+    assert gone.identical, gone.divergence
+    # run for real, the load finds a SKILL.md that is not the one the run was given, and the
+    # model's next request shows it
+    assert live.divergence is not None and live.divergence.step == 2
+    events = read_events(live.result.runlog_path or "")
+    assert "(workspace)" in events[0]["system_prompt"]
+    assert _results(events, "load_skill") == [
+        "skill 'regen-table' is not the one this run was offered: its SKILL.md changed or went "
+        "away since the run started"
+    ]
+
+
+def test_a_resumed_run_loads_only_skills_that_are_as_they_were(project: Path) -> None:
+    _config(project, steps=1)
+    result, _ = _run(project, Model([tool_call("load_skill", {"name": "house-style"})]))
+    path = Path(result.runlog_path or "")
+    style = project / "team-skills" / "house-style" / "SKILL.md"
+    style.write_text(STYLE.replace("imperative", "past tense"))
+    again = Model([
+        tool_call("load_skill", {"name": "house-style"}),
+        tool_call("load_skill", {"name": "regen-table", "file": "reference.md"}),
+        FINISH,
+    ])  # fmt: skip
+    runner = build_runner(load_config(project / "fabric.yaml"), chat_factory=again.client)
+    try:
+        resumed = asyncio.run(runner.resume(read_events(path), path, max_steps=4))
+    finally:
+        asyncio.run(runner.aclose())
+    assert resumed.status.value == "completed", resumed.error
+    assert "- house-style: How this team writes commit messages.\n" in again.system()
+    events = assert_valid_runlog(read_events(path))
+    first, changed, reference = _results(events, "load_skill")
+    assert "imperative" in first
+    assert changed.startswith("skill 'house-style' is not the one this run was offered")
+    assert reference == "Rows are sorted as given.\n"

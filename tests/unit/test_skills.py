@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fabric.application.skills import Found, listing, one_line
+from fabric.application.skills import Found, listing, one_line, recorded_skills
 from fabric.config.loader import load_config
 from fabric.config.schema import SkillSettings
 from fabric.infrastructure.additions import Where, additions_for
 from fabric.infrastructure.additions.skill_folders import find_skills
+from fabric.infrastructure.additions.skills import skills
 
 
 def skill(folder: Path, name: str, description: str = "Does a thing.", body: str = "") -> Path:
@@ -242,23 +243,41 @@ def test_workspace_folders_stay_inside_the_workspace(folder: str) -> None:
         SkillSettings(workspace_folders=[folder])
 
 
-def test_a_run_without_skill_folders_gets_no_addition(place: Path) -> None:
+def test_a_run_without_skill_folders_is_offered_none_at_a_stat_or_two(place: Path) -> None:
     (place / "fabric.yaml").write_text(
         "packs:\n  helper:\n    builder: declarative\n    system_prompt: You help.\n"
         "    finish_schema: {type: object}\n"
     )
     loaded = load_config(place / "fabric.yaml")
-    settings = loaded.config.packs["helper"]
-    assert additions_for(Where(place / "ws", settings, loaded)) == []
+    where = Where(place / "ws", loaded.config.packs["helper"], loaded)
+    none = skills(where)
+    assert (none.prompt, none.tools, dict(none.meta)) == ("", (), {})
+    assert none.restore is not None  # a replay of a run that had skills gets them back
     skill(place / "ws" / ".agents" / "skills", "one")
-    [added] = additions_for(Where(place / "ws", settings, loaded))
-    assert added.name == "skills"
-    assert [t.spec.name for t in added.tools] == ["load_skill"]
-    assert added.meta == {"offered": [{"name": "one", "source": "workspace",
-                                       "folder": ".agents/skills/one",
-                                       "sha256": added.meta["offered"][0]["sha256"]}],
-                          "skipped": []}  # fmt: skip
+    found = skills(where)
+    assert [t.spec.name for t in found.tools] == ["load_skill"]
+    assert found.meta["offered"][0]["folder"] == ".agents/skills/one"
     (place / "ws" / ".agents" / "skills" / "one" / "SKILL.md").write_text("no front matter")
-    [only_skipped] = additions_for(Where(place / "ws", settings, loaded))
+    only_skipped = skills(where)
     assert only_skipped.prompt == "" and only_skipped.tools == ()
     assert only_skipped.meta["skipped"][0]["folder"] == ".agents/skills/one"
+    assert [a.name for a in additions_for(where)] == ["instructions", "skills"]
+
+
+def test_a_recorded_list_is_read_back_from_the_recorded_prompt(place: Path) -> None:
+    skill(place / "team", "deploy", "Ship it, carefully.")
+    skill(place / "ws" / ".agents" / "skills", "regen", "Regenerate (workspace) files.")
+    found = found_in(place, folders=["team"])
+    prompt = "You help.\n\n" + listing(found.skills) + "\n\n## Later\n- not: a skill"
+    started = {"system_prompt": prompt, "additions": {"skills": found.record()}}
+    back = recorded_skills(started)
+    assert back is not None
+    assert [(s.name, s.description, s.source, s.folder, s.sha256) for s in back] == [
+        (s.name, s.description, s.source, s.folder, s.sha256) for s in found.skills
+    ]
+    assert all(s.body is None for s in back)
+    assert recorded_skills({"system_prompt": "You help."}) == []
+    edited = {**started, "system_prompt": prompt.replace("Ship it", "Ship")}
+    assert recorded_skills({**edited, "system_prompt": prompt.replace("- deploy", "- dep")}) is None
+    assert recorded_skills({**started, "system_prompt": "You help."}) is None
+    assert recorded_skills(edited) is not None  # the description is whatever the prompt said

@@ -34,7 +34,7 @@ from .context import ToolContext
 from .execute_task import execute_task
 from .job import Control, Job, Kit
 from .loop.window import asked_of, recorded_window
-from .pack import Pack
+from .pack import AfterCall, Appended, Pack
 from .ports import ChatClient, RunLog, Tool, ToolChange, ToolUpdates, tool_diff
 from .replay.divergence import Diverged, ReplayState
 from .replay.offers import RecordedOffers, recorded_mcp
@@ -296,6 +296,21 @@ class _ResumingOffers:
         return change
 
 
+class _AfterNewSteps:
+    """A pack's after-call hook, quiet in the steps a resumed run re-drives from its log:
+    their recorded outputs hold what it appended then (``Addition.restore`` told it so)."""
+
+    def __init__(self, live: AfterCall, completed: int) -> None:
+        self._live, self._completed = live, completed
+
+    async def __call__(
+        self, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> Appended | None:
+        if ctx.step <= self._completed:
+            return None
+        return await self._live(name, arguments, ctx)
+
+
 def _specs(tools: Sequence[Tool]) -> list[ToolSpec]:
     return [t.spec for t in tools]
 
@@ -394,7 +409,11 @@ async def resume_task(
     if brief is None and plan.completed == 0:
         brief = pack.brief  # cut off before the pack had looked: it looks now, and logs it
     resumed_pack = dataclasses.replace(
-        pack, tools=tuple(offers.first()), verifiers=verifiers, brief=brief
+        pack,
+        tools=tuple(offers.first()),
+        verifiers=verifiers,
+        brief=brief,
+        after_calls={k: _AfterNewSteps(h, plan.completed) for k, h in pack.after_calls.items()},
     )
     resuming = (
         _ResumingChat(ReplayChatClient(recording, state), kit.chat, plan.completed, state)

@@ -41,8 +41,9 @@ class Skill:
     skill, absolute for a configured one."""
     sha256: str
     """Of its SKILL.md as read when the run started."""
-    body: str = field(repr=False)
-    """The instructions below the front matter, as read when the run started."""
+    body: str | None = field(repr=False)
+    """The instructions below the front matter, as read when the run started; None for a
+    skill restored from a recorded run whose SKILL.md is no longer the one recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,36 @@ def listing(skills: Sequence[Skill]) -> str:
     return SKILLS_PROMPT + "\n" + "\n".join(lines)
 
 
+def recorded_skills(started: Mapping[str, Any]) -> list[Skill] | None:
+    """The skills a recorded run was offered, as its ``run_started`` says (names, sources,
+    folders, hashes in ``additions.skills``; descriptions read back from its system prompt,
+    which holds ``listing`` of them as sent), without their bodies; [] when it was offered
+    none; None when the prompt does not hold them as recorded."""
+    record = (started.get("additions") or {}).get("skills") or {}
+    offered = [o for o in record.get("offered") or () if isinstance(o, Mapping)]
+    if not offered:
+        return []
+    prompt = str(started.get("system_prompt", ""))
+    start = prompt.find(SKILLS_PROMPT)
+    if start < 0:
+        return None
+    lines = prompt[start + len(SKILLS_PROMPT) + 1 :].split("\n")
+    skills: list[Skill] = []
+    for entry, line in zip(offered, lines, strict=False):
+        name, source = str(entry.get("name")), entry.get("source")
+        mark = " (workspace)" if source == "workspace" else ""
+        if source not in ("configured", "workspace") or not line.startswith(f"- {name}: "):
+            return None
+        if not line.endswith(mark):
+            return None
+        description = line[len(name) + 4 : len(line) - len(mark)]
+        folder, sha = str(entry.get("folder")), str(entry.get("sha256"))
+        skills.append(Skill(name, description, source, folder, sha, None))
+    if len(skills) != len(offered) or listing(skills) not in prompt:
+        return None
+    return skills
+
+
 def loaded_text(skill: Skill, files: Sequence[str], *, more: bool = False) -> str:
     """What ``load_skill`` answers: where the skill is from, its instructions and its files
     (paths the run's tools take: ``shell`` runs a script, ``load_skill(name, file=...)``
@@ -156,7 +187,8 @@ def loaded_text(skill: Skill, files: Sequence[str], *, more: bool = False) -> st
         if skill.source == "workspace"
         else "from the configured skill folders"
     )
-    parts = [f"# Skill {skill.name} ({trust}; folder {skill.folder})", "", skill.body.strip()]
+    body = skill.body or ""
+    parts = [f"# Skill {skill.name} ({trust}; folder {skill.folder})", "", body.strip()]
     if files:
         script = next((path for path in files if path.endswith(".py")), None)
         run = f" (e.g. `python {script}`)" if script else ""

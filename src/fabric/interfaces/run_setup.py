@@ -9,14 +9,14 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import fabric
-from fabric.application.additions import Addition, joined, recorded
+from fabric.application.additions import Addition, joined, recorded, restored
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Kit
 from fabric.application.pack import Pack
@@ -76,9 +76,12 @@ class Session:
     additions: tuple[Addition, ...] = ()
     """What fabric's conventions add to this run (ADR 0025)."""
 
-    def pack_of(self, loaded_pack: LoadedPack) -> Pack:
-        """The pack with this run's additions and MCP tools."""
-        pack = joined(loaded_pack.pack, self.additions)
+    def pack_of(self, loaded_pack: LoadedPack, started: Mapping[str, Any] | None = None) -> Pack:
+        """The pack with this run's additions and MCP tools. ``started``: the recorded
+        ``run_started`` of a durable run driven again after its process died, which tells the
+        model what it told it then (every step is driven again: the additions start afresh)."""
+        additions = self.additions if started is None else restored(self.additions, [started])
+        pack = joined(loaded_pack.pack, additions)
         if not self.tools:
             return pack
         return dataclasses.replace(pack, tools=(*pack.tools, *self.tools))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fabric.application.additions import Addition, joined
+from fabric.application.additions import Addition, joined, restored
 from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, RunRequest
@@ -181,7 +181,12 @@ class Runner:
         ) as session:
             job = Job(
                 request.task,
-                self.with_delegates(session.pack_of(loaded_pack), loaded_pack, parent, control),
+                self.with_delegates(
+                    session.pack_of(loaded_pack, recovered.started if recovered else None),
+                    loaded_pack,
+                    parent,
+                    control,
+                ),
                 session.runlog.run_id,
                 folder,
                 limits,
@@ -326,7 +331,10 @@ class Runner:
             return await resume_task(
                 plan,
                 pack=self.with_delegates(
-                    joined(loaded_pack.pack, session.additions), loaded_pack, parent, control
+                    joined(loaded_pack.pack, restored(session.additions, plan.events)),
+                    loaded_pack,
+                    parent,
+                    control,
                 ),
                 workspace=folder,
                 kit=session.kit,

@@ -54,6 +54,7 @@ class ToolSteps(Fitting):
         artifact = None
         changes: list[FileChange] = []  # what this call changes in the workspace, if anything
         delegated: list[str] = []  # the sub-runs it started, if it delegates
+        added: dict[str, Any] = {}  # what fabric's conventions appended to its output
         try:
             if call.arguments is None:
                 if call.name == FINISH_TOOL:
@@ -73,6 +74,8 @@ class ToolSteps(Fitting):
                 output = await self._run_tool(
                     call.name, call.id, call.arguments, changes, delegated
                 )
+                if self.pack.after_calls:
+                    output += await self._after_calls(call, added)
             ok, error = True, None
         except Stop:
             raise
@@ -106,8 +109,28 @@ class ToolSteps(Fitting):
             result["changes"] = [change.as_json() for change in changes]
         if delegated:  # the sub-runs' own runlogs
             result["child_run_ids"] = list(delegated)
+        if added:
+            result["additions"] = added
         self.log.emit("tool_result", result)
         return {"role": "tool", "tool_call_id": call.id, "content": output}
+
+    async def _after_calls(self, call: ToolCall, added: dict[str, Any]) -> str:
+        """What the pack's after-call hooks append to the output of ``call``, which ran
+        (``Pack.after_calls``); what each says of it goes into ``added``. A hook that fails
+        adds nothing, and its error is recorded: the tool's own output stands."""
+        assert call.arguments is not None
+        ctx = dataclasses.replace(self.ctx, step=self.steps, call_id=call.id)
+        text = ""
+        for key, after_call in self.pack.after_calls.items():
+            try:
+                appended = await after_call(call.name, call.arguments, ctx)
+            except Exception as exc:  # fabric's own bug: the call's output still goes back
+                added[key] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
+            if appended is not None:
+                text += appended.text
+                added[key] = dict(appended.meta)
+        return text
 
     def _repeated(self, name: str, arguments: Mapping[str, Any], output: str) -> str:
         """A note for the model when it makes the call it just made and gets the same result:

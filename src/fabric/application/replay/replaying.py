@@ -96,7 +96,13 @@ async def replay(
         tools, updates = offers.first(), offers
     verifiers = recorded_verifiers(recording, pack, state=state, live=live)
     brief = recorded_brief(recording)  # what the model was told then, not a new look
-    replay_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
+    replay_pack = dataclasses.replace(
+        pack,
+        tools=tools,
+        verifiers=verifiers,
+        brief=brief,
+        after_calls=pack.after_calls if live else {},  # recorded outputs hold what they added
+    )
     if limits is None:
         limits = Limits.model_validate(recording.limits)
     job = Job(

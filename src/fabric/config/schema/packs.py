@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .base import KeyProblem, _Strict
+from .instructions import InstructionsSettings
 from .mcp import McpUse
 from .sandbox import SandboxSettings
 from .skills import SkillSettings
@@ -146,6 +147,11 @@ class PackSettings(BaseModel):
         description="Packs this pack may hand part of its task to: each becomes a tool "
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",
+    )
+    instructions: InstructionsSettings = Field(
+        default_factory=InstructionsSettings,
+        description="The workspace's AGENTS.md (its root's, and a subfolder's when a tool "
+        "call reaches into it) given to the model as the project's guidance (ADR 0026).",
     )
     skills: SkillSettings = Field(
         default_factory=SkillSettings,

@@ -28,9 +28,12 @@ def additions_for(where: Where) -> list[Addition]:
     """What the pack's settings turn on for a run in ``where.workspace``, in the order the
     model is told of them. Called in a worker thread: a convention may read files."""
     found: list[Addition] = []
-    if where.settings.skills.enabled:  # ADR 0027
-        from .skills import skills_addition
+    if where.settings.instructions.enabled:  # the workspace's AGENTS.md (ADR 0026)
+        from .instructions import instructions
 
-        if (skills := skills_addition(where)) is not None:
-            found.append(skills)
+        found.append(instructions(where))
+    if where.settings.skills.enabled:  # SKILL.md folders offered by name (ADR 0027)
+        from .skills import skills
+
+        found.append(skills(where))
     return found

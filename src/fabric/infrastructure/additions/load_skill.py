@@ -51,6 +51,12 @@ def load_skill(ctx: ToolContext, name: str, file: str | None = None, *, book: Bo
             f"no skill is called {name!r} in this run",
             hint=f"the skills are: {', '.join(book.skills)}",
         )
+    if skill.body is None:  # a resumed or replayed run's, changed since
+        raise ToolError(
+            f"skill {name!r} is not the one this run was offered: its SKILL.md changed or "
+            "went away since the run started",
+            hint="go on without it",
+        )
     try:
         with _folder(ctx, skill) as fd:
             if file is not None:
