@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 from support import assert_valid_runlog, read_events
+from typer.testing import CliRunner
 
 from fabric.application.job import RunRequest
 from fabric.config.loader import load_config
 from fabric.domain.models import ChatResponse, Message
+from fabric.interfaces.cli.app import app
 from fabric.interfaces.compose import build_runner
 from fabric.testing import FunctionChatClient, tool_call
 
@@ -195,6 +197,11 @@ def test_a_run_sees_names_and_descriptions_and_loads_a_skill_by_name(project: Pa
     ]
     assert calls[0] == {"name": "regen-table"}
     assert started["system_prompt"] == system
+    shown = CliRunner().invoke(app, ["show", str(result.runlog_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "\nskills: house-style, regen-table (workspace) · skipped: .agents/skills/broken\n" in (
+        shown.stdout
+    )
 
 
 def test_load_skill_reads_no_file_outside_the_skill(project: Path) -> None:
