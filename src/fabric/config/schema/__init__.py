@@ -34,6 +34,7 @@ from .packs import (
 )
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
+from .skills import SkillSettings
 from .telemetry import TelemetrySettings
 from .tool_search import ToolSearchSettings
 
@@ -59,6 +60,7 @@ __all__ = [
     "SandboxSettings",
     "SelectionSettings",
     "ServeSettings",
+    "SkillSettings",
     "TelemetrySettings",
     "Timeouts",
     "ToolSearchSettings",

@@ -32,4 +32,8 @@ def additions_for(where: Where) -> list[Addition]:
         from .instructions import instructions
 
         found.append(instructions(where))
+    if where.settings.skills.enabled:  # SKILL.md folders offered by name (ADR 0027)
+        from .skills import skills
+
+        found.append(skills(where))
     return found
