@@ -60,7 +60,7 @@ def restored(
 
 
 def recorded(additions: Sequence[Addition]) -> dict[str, Any]:
-    """The additions as ``run_started`` records them (none: nothing)."""
-    if not additions:
-        return {}
-    return {"additions": {a.name: dict(a.meta) for a in additions}}
+    """The additions as ``run_started`` records them: those with something to record (none:
+    nothing; skills found nowhere, say, leave no trace)."""
+    said = {a.name: dict(a.meta) for a in additions if a.meta}
+    return {"additions": said} if said else {}

@@ -357,6 +357,8 @@ class ResumingRunLog:
                 resumed["ended"] = _without_envelope(self._plan.ended)
             if "mcp" in data:  # the MCP servers as started again, and their tools now
                 resumed["mcp"] = data["mcp"]
+            if "additions" in data:  # what fabric's conventions found for the new steps
+                resumed["additions"] = data["additions"]
             self._inner.emit("run_resumed", resumed)
             return
         step = data.get("step")

@@ -44,6 +44,7 @@ FOLDER_RELATIVE: tuple[tuple[str, ...], ...] = (
     ("serve", "durable_database"),
     ("mcp_servers", "*", "cwd"),
     ("llm", "backends", "*", "model_path"),
+    ("packs", "*", "skills", "folders", "[]"),
 )
 """The keys that hold paths (``*``: any key, ``[]``: every item): a relative one in the user's
 config is taken from that file's folder (``rebased``)."""

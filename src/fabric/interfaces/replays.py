@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fabric.application.additions import Addition, joined, restored
+from fabric.application.additions import recorded as recorded_additions
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Control, Kit
 from fabric.application.pack import Pack
@@ -90,7 +91,8 @@ async def replay_run(
         additions = await asyncio.to_thread(
             lambda: runner.additions(loaded_pack, workspace, replay=True)
         )
-        pack = joined(loaded_pack.pack, restored(additions, [recording.started]))
+        additions = restored(additions, [recording.started])
+        pack = joined(loaded_pack.pack, additions)
         pack = runner.with_delegates(pack, loaded_pack, None, Control())
         if toolbox is not None:  # live: the servers start as for a run
             try:
@@ -116,6 +118,7 @@ async def replay_run(
                 live=live,
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
+                meta=recorded_additions(additions),
             )
         finally:
             runlog.close()

@@ -23,7 +23,7 @@ from fabric.application.pack import Pack
 from fabric.application.ports import ChatClient, Tool
 from fabric.application.resolve import Resolution
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import AnthropicBackend, SandboxSettings
+from fabric.config.schema import AnthropicBackend, PackSettings, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError, McpError, SandboxError
 from fabric.domain.secrets import Secrets
 from fabric.infrastructure.additions import Where, additions_for
@@ -46,10 +46,11 @@ Confinement = tuple[
 """A run's host code (read only), its command runner or why it has none, and its additions."""
 
 CommandFactory = Callable[
-    [SandboxSettings, Path, tuple[Path, ...], tuple[Path, ...]], CommandRunner
+    [SandboxSettings, Path, tuple[Path, ...], tuple[Path, ...], tuple[Path, ...]], CommandRunner
 ]
 """Makes a pack's command runner from its sandbox settings, the workspace, the protected
-places and the host code it may only read (default: ``command_runner``, the OS sandbox)."""
+places, the host code it may only read and the folders outside the workspace it may read (the
+configured skill folders) (default: ``command_runner``, the OS sandbox)."""
 
 
 def redact_url(url: str) -> str:
@@ -229,8 +230,13 @@ class RunSetup:
                 BUILTIN_BUILDERS.get(p.builder, p.builder).partition(":")[0]
                 for p in self.loaded.config.packs.values()
             ]
+            skills = [  # a run may not rewrite what later runs trust (ADR 0027)
+                folder
+                for p in self.loaded.config.packs.values()
+                for folder in p.skills.configured(self.loaded.base_dir)
+            ]
             self._host_code = host_code(
-                source if source.is_file() else None, self.loaded.base_dir, modules
+                source if source.is_file() else None, self.loaded.base_dir, modules, skills
             )
         return self._host_code
 
@@ -245,9 +251,20 @@ class RunSetup:
         self._host().check(workspace)
         if read_only is None:
             read_only = self.read_only_in(workspace)
+        settings = loaded_pack.settings
+        readable = self._readable(settings, workspace)
         return self.make_commands(
-            loaded_pack.settings.sandbox, workspace, self.protected_paths, read_only
+            settings.sandbox, workspace, self.protected_paths, read_only, readable
         )
+
+    def _readable(self, settings: PackSettings, workspace: Path) -> tuple[Path, ...]:
+        """The pack's configured skill folders, for its commands to read (ADR 0027)."""
+        if not settings.skills.enabled or not settings.skills.folders:
+            return ()
+        from fabric.infrastructure.additions.skill_folders import readable_folders
+
+        loaded = self.loaded
+        return readable_folders(settings.skills, loaded.base_dir, loaded.runs_dir, workspace)
 
     def _confinement(self, loaded_pack: LoadedPack, workspace: Path) -> Confinement:
         """The workspace's host code and ``commands_for`` it, or why the commands cannot be

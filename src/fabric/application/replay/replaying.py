@@ -78,13 +78,15 @@ async def replay(
     run_dir: Path | None = None,
     limits: Limits | None = None,
     sandbox: SandboxSettings | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> ReplayReport:
     """Re-drive the recorded run ``events`` with ``pack`` (as it is now) and report whether it
     went exactly as recorded. ``live`` runs the pack's real tools (in ``workspace``, which
     should then be a copy; ``kit.commands`` starts their processes); otherwise tools answer
     from the recording. ``kit.chat`` is not used: the recorded replies answer. ``limits``
     default to the recorded ones; the replay's ``run_started`` names the original in
-    ``replay_of``. ``events`` may be a ``Recording`` of them, read already."""
+    ``replay_of``, and holds ``meta`` too (what the additions found now). ``events`` may be
+    a ``Recording`` of them, read already."""
     recording = events if isinstance(events, Recording) else Recording(events)
     state = ReplayState()
     chat = ReplayChatClient(recording, state)
@@ -111,7 +113,7 @@ async def replay(
         workspace,
         limits,
         sandbox,
-        meta={"replay_of": recording.run_id},
+        meta={"replay_of": recording.run_id, **(meta or {})},
         tool_search=recorded_settings(recording.started),  # it searches as the run did
     )
     window, reply = recorded_window(recording.started)

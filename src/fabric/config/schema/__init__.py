@@ -35,6 +35,7 @@ from .packs import (
 )
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
+from .skills import SkillSettings
 from .telemetry import TelemetrySettings
 from .tool_search import ToolSearchSettings
 
@@ -61,6 +62,7 @@ __all__ = [
     "SandboxSettings",
     "SelectionSettings",
     "ServeSettings",
+    "SkillSettings",
     "TelemetrySettings",
     "Timeouts",
     "ToolSearchSettings",

@@ -13,6 +13,7 @@ from .instructions import InstructionsSettings
 from .mcp import McpUse
 from .memory import MemorySettings
 from .sandbox import SandboxSettings
+from .skills import SkillSettings
 from .tool_search import ToolSearchSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
@@ -164,6 +165,11 @@ class PackSettings(BaseModel):
         default_factory=ToolSearchSettings,
         description="Above this many tools, the model searches them and loads what it needs "
         "instead of getting every schema in every request: threshold, always, max_results.",
+    )
+    skills: SkillSettings = Field(
+        default_factory=SkillSettings,
+        description="Skills the pack's runs are offered: folders with a SKILL.md found in "
+        "configured folders and in the workspace (ADR 0027).",
     )
 
     def unusable(self) -> list[KeyProblem]:

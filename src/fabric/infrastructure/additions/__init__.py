@@ -42,6 +42,10 @@ def additions_for(where: Where) -> list[Addition]:
         from .instructions import instructions
 
         found.append(instructions(where))
+    if where.settings.skills.enabled:  # SKILL.md folders offered by name (ADR 0027)
+        from .skills import skills
+
+        found.append(skills(where))
     if where.settings.memory.enabled:
         from .memory import memory_addition
 

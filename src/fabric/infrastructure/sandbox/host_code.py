@@ -6,9 +6,10 @@ Two kinds:
 
 - **fixed**, known from fabric's own start: the config file, the pack modules its builders
   name, the interpreter's folders (a virtualenv holding site-packages, ``*.pth`` files,
-  ``sitecustomize.py``), fabric's own source (an editable install) and every folder on the
+  ``sitecustomize.py``), fabric's own source (an editable install), every folder on the
   import path that is not the workspace itself (those are guarded instead, see
-  ``packs/import_guard.py``);
+  ``packs/import_guard.py``), and the packs' configured skill folders (instructions later
+  runs trust, ADR 0027);
 - **found** in the workspace when a run starts: virtualenvs (a folder holding ``pyvenv.cfg``)
   and git repositories' ``config``, ``config.worktree`` and ``hooks`` (``core.hooksPath``,
   ``core.fsmonitor``, aliases and hooks all start programs when the user next runs git
@@ -90,12 +91,16 @@ class HostCode:
 
 
 def host_code(
-    config_file: Path | None = None, base_dir: Path | None = None, modules: Iterable[str] = ()
+    config_file: Path | None = None,
+    base_dir: Path | None = None,
+    modules: Iterable[str] = (),
+    also: Iterable[Path] = (),
 ) -> HostCode:
     """The fixed host code of this process: ``config_file``, the top-level ``modules`` pack
     builders import from ``base_dir`` (the config folder), the interpreter's folders,
-    fabric's own source and the open folders of the import path."""
-    paths: list[Path] = []
+    fabric's own source and the open folders of the import path; and ``also`` (the packs'
+    configured skill folders, whose instructions later runs trust)."""
+    paths: list[Path] = list(also)
     if config_file is not None:
         paths.append(config_file)
     tops = {"fabric", "packs", *(module.split(".")[0] for module in modules)}

@@ -72,7 +72,7 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
             f"model {event.get('model') or '(none)'}{_confinement(event.get('confinement'))}"
             f"{' · durable' if event.get('durable') else ''}{_delegated_by(event)}\n"
             f"task: {_first_line(str(event.get('task', '')), 200)}"
-            f"{_instructions(event, chr(10))}"
+            f"{_instructions(event, chr(10))}{_skills(event)}"
         )
     if kind == "llm_request":
         changed = event.get("tools_changed")
@@ -199,6 +199,25 @@ def _instructions(event: Mapping[str, Any], before: str) -> str:
         if isinstance(s, Mapping)
     ]
     return f"{before}instructions: {'; '.join(parts)}" if parts else ""
+
+
+def _skills(event: Mapping[str, Any]) -> str:
+    """``skills: house-style, regen-table (workspace) · skipped: .agents/skills/broken``: the
+    skills a run was offered and the folders skipped (ADR 0027); nothing when there are none."""
+    meta = (event.get("additions") or {}).get("skills")
+    if not isinstance(meta, Mapping):
+        return ""
+    offered = [o for o in meta.get("offered") or () if isinstance(o, Mapping)]
+    skipped = [_plain(s.get("folder")) for s in meta.get("skipped") or () if isinstance(s, Mapping)]
+    names = [
+        f"{_plain(o.get('name'))}{' (workspace)' if o.get('source') == 'workspace' else ''}"
+        for o in offered
+    ]
+    parts = [", ".join(names)] if names else []
+    if skipped:
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        parts.append(f"skipped: {', '.join(skipped[:3])}{more}")
+    return f"\nskills: {' · '.join(parts)}" if parts else ""
 
 
 def _plain(value: Any) -> str:
