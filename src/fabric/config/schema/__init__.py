@@ -32,6 +32,7 @@ from .packs import (
     VerifySettings,
     pack_name_problem,
 )
+from .plan import PlanSettings
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
 from .telemetry import TelemetrySettings
@@ -52,6 +53,7 @@ __all__ = [
     "OllamaBackend",
     "OpenAIBackend",
     "PackSettings",
+    "PlanSettings",
     "RawPackSection",
     "ResourceLimits",
     "RetrySettings",

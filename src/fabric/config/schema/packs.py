@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .base import KeyProblem, _Strict
 from .mcp import McpUse
+from .plan import PlanSettings
 from .sandbox import SandboxSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
@@ -145,6 +146,11 @@ class PackSettings(BaseModel):
         description="Packs this pack may hand part of its task to: each becomes a tool "
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",
+    )
+    plan: PlanSettings = Field(
+        default_factory=PlanSettings,
+        description="A checklist the model keeps with update_plan while it works (off by "
+        "default): enabled, max_items, item_chars.",
     )
 
     def unusable(self) -> list[KeyProblem]:

@@ -28,4 +28,8 @@ def additions_for(where: Where) -> list[Addition]:
     """What the pack's settings turn on for a run in ``where.workspace``, in the order the
     model is told of them. Called in a worker thread: a convention may read files."""
     found: list[Addition] = []
+    if where.settings.plan.enabled:
+        from fabric.application.plan import plan_addition
+
+        found.append(plan_addition(where.settings.plan))
     return found

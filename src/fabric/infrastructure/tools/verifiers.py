@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from fabric.application.commands import CommandOutcome
 from fabric.application.context import ToolContext
+from fabric.application.plan import TOOL as PLAN_TOOL
 from fabric.application.verify import RunRecord, Verdict
 from fabric.domain.errors import ConfigError, RunError, SandboxError
 from fabric.domain.figures import Figure, backed, figures
@@ -29,8 +30,11 @@ from .shell import scrubbed_env
 AUTO = "auto"
 """``verify.command: auto``: the project's pytest tests, when the workspace has any."""
 AUTO_COMMAND = "python -m pytest -q -x -p no:cacheprovider"
-READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "search_files", "web_search", "fetch_url"})
-"""Library tools that change nothing: a run that used only these has nothing to verify."""
+READ_ONLY_TOOLS = frozenset(
+    {"read_file", "list_files", "search_files", "web_search", "fetch_url", PLAN_TOOL}
+)
+"""Tools that change nothing (the library's readers, and the model's own checklist): a run
+that used only these has nothing to verify."""
 EVIDENCE_CHARS = 4_000
 _NO_TESTS_COLLECTED = 5  # pytest's exit code when it found no tests
 
@@ -295,7 +299,9 @@ class SeenFigures:
         stated = figures(text) if isinstance(text, str) else []
         if not stated:
             return None  # nothing checkable claimed
-        known = backed([record.task, record.brief, *(use.output for use in record.uses)])
+        # the plan's answer repeats the model's own words: no evidence of anything
+        seen = (use.output for use in record.uses if use.name != PLAN_TOOL)
+        known = backed([record.task, record.brief, *seen])
         missing = [f for f in stated if f.key not in known]
         if missing:
             lines = _listed(

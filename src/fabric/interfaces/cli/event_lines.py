@@ -7,12 +7,20 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from fabric.application.plan import MARKS
+from fabric.application.plan import TOOL as PLAN_TOOL
+
 from .policy_lines import POLICY_KINDS, describe_policy
 
 _ARG_CHARS = 70
+_LINE_CHARS = 120
+"""A line that would be longer is written as several (a plan: one step a line)."""
+_INDENT = "\n             "
 _BUDGET = "\0budget"
 """Where ``pending`` keeps the run's budget (from ``run_started``)."""
 _FROM_TEXT = "\0from_text"
+_PLAN = "\0plan"
+"""Where ``pending`` keeps the last plan shown, and (``_PLAN`` + call id) each call's plan."""
 
 
 def short_args(arguments: Any) -> str:
@@ -108,6 +116,9 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
         return None
     if kind == "tool_result":
         call = pending.pop(event["call_id"], {})
+        shown = pending.pop(_PLAN + str(event["call_id"]), None)
+        if event["name"] == PLAN_TOOL and event.get("ok") and shown is not None:
+            return None  # its plan line said it
         head = f"  step {event['step']:>2}  {event['name']} {short_args(call.get('arguments', ''))}"
         if pending.get(_FROM_TEXT, {}).get("step") == event["step"]:
             head += " (read from text)"
@@ -134,6 +145,8 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
             f"{event.get('window', 0):,}-token window (about {event.get('tokens_before', 0):,}"
             f" → {event.get('tokens_after', 0):,} tokens)"
         )
+    if kind == "plan":
+        return _plan(event, pending)
     if kind == "nudge":
         return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
     if kind == "verification":
@@ -172,6 +185,28 @@ def _verification(event: Mapping[str, Any]) -> str | None:
     if evidence and not event.get("ok"):
         shown = evidence.splitlines()[:12]
         line += "".join(f"\n             {_first_line(s, 110)}" for s in shown)
+    return line
+
+
+def _plan(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str:
+    """``  step  3  plan (1/3 done): [x] read the test  [>] fix parse()  [ ] run tests``, one
+    step a line when that is too long; ``unchanged`` when it is the plan shown before."""
+    items = [i for i in event.get("items") or () if isinstance(i, Mapping)]
+    done = sum(1 for i in items if i.get("status") == "done")
+    head = f"  step {event.get('step', 0):>2}  plan ({done}/{len(items)} done):"
+    before = pending.get(_PLAN)
+    pending[_PLAN] = pending[_PLAN + str(event.get("call_id"))] = event
+    if before is not None and before.get("items") == event.get("items"):
+        return f"{head} unchanged"
+    steps = [
+        f"{MARKS.get(str(i.get('status')), '[?]')} {_first_line(str(i.get('step', '')), 100)}"
+        for i in items
+    ]
+    line = f"{head} {'  '.join(steps)}"
+    if len(line) > _LINE_CHARS:
+        line = head + "".join(_INDENT + s for s in steps)
+    if event.get("explanation"):
+        line += f"{_INDENT}why: {_first_line(str(event['explanation']), 100)}"
     return line
 
 
