@@ -22,6 +22,7 @@ from fabric.application.verify import RunRecord, ToolUse
 from fabric.config.loader import load_config
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatResponse, Message
+from fabric.infrastructure.telemetry.attributes import event_attributes
 from fabric.infrastructure.tools.verifiers import CommandVerifier, SeenFigures
 from fabric.interfaces.cli.app import app
 from fabric.interfaces.cli.render import Progress
@@ -344,3 +345,14 @@ def test_the_plan_event_is_described_by_the_published_schema() -> None:
         (Path(__file__).parents[2] / "src/fabric/runlog.schema.json").read_text("utf-8")
     )
     assert "plan" in schema["properties"]["kind"]["enum"]
+
+
+def test_a_trace_keeps_the_plan_as_a_span_event_its_steps_only_when_content_is_captured() -> None:
+    event = {"kind": "plan", "step": 2, "call_id": "c1", "items": FIRST,
+             "counts": {"pending": 1, "in_progress": 1, "done": 0}}  # fmt: skip
+    attrs = event_attributes(event, capture=False)
+    assert attrs is not None and attrs["fabric.call_id"] == "c1"
+    assert json.loads(attrs["fabric.counts"]) == event["counts"]
+    assert "fabric.items" not in attrs
+    captured = event_attributes(event, capture=True)
+    assert captured is not None and json.loads(captured["fabric.items"]) == FIRST
