@@ -17,13 +17,13 @@ from support import assert_valid_runlog, kinds, read_events
 from typer.testing import CliRunner
 
 from fabric.application.job import Control, RunRequest
-from fabric.application.plan import PROMPT
+from fabric.application.plan import PROMPT, TOOL
 from fabric.application.verify import RunRecord, ToolUse
 from fabric.config.loader import load_config
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatResponse, Message
 from fabric.infrastructure.telemetry.attributes import event_attributes
-from fabric.infrastructure.tools.verifiers import CommandVerifier, SeenFigures
+from fabric.infrastructure.tools.verifiers import PLAN_TOOL, CommandVerifier, SeenFigures
 from fabric.interfaces.cli.app import app
 from fabric.interfaces.cli.render import Progress
 from fabric.interfaces.compose import build_runner
@@ -325,7 +325,7 @@ def test_the_terminal_shows_the_checklist_as_it_changes(tmp_path: Path, workspac
 
 
 def plan_use(output: str) -> ToolUse:
-    return ToolUse("update_plan", {"items": items("done")}, True, output)
+    return ToolUse(TOOL, {"items": items("done")}, True, output)
 
 
 def test_a_figure_the_model_wrote_into_its_plan_is_not_evidence(ctx: Any) -> None:
@@ -336,6 +336,7 @@ def test_a_figure_the_model_wrote_into_its_plan_is_not_evidence(ctx: Any) -> Non
 
 def test_a_run_that_only_read_and_planned_has_nothing_to_verify(ctx: Any) -> None:
     record = RunRecord(uses=[ToolUse("read_file", {"path": "a"}, True, "x"), plan_use("ok")])
+    assert PLAN_TOOL == TOOL  # the checks know the plan's tool by name
     verifier = CommandVerifier("python -c 'raise SystemExit(1)'", when="changed")
     assert asyncio.run(verifier.verify({"summary": "s"}, ctx, record)) is None
 

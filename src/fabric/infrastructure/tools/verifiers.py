@@ -19,7 +19,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from fabric.application.commands import CommandOutcome
 from fabric.application.context import ToolContext
-from fabric.application.plan import TOOL as PLAN_TOOL
 from fabric.application.verify import RunRecord, Verdict
 from fabric.domain.errors import ConfigError, RunError, SandboxError
 from fabric.domain.figures import Figure, backed, figures
@@ -30,11 +29,13 @@ from .shell import scrubbed_env
 AUTO = "auto"
 """``verify.command: auto``: the project's pytest tests, when the workspace has any."""
 AUTO_COMMAND = "python -m pytest -q -x -p no:cacheprovider"
+PLAN_TOOL = "update_plan"
+"""The model's own checklist (``application/plan.py``, imported only by a run that has it)."""
 READ_ONLY_TOOLS = frozenset(
     {"read_file", "list_files", "search_files", "web_search", "fetch_url", PLAN_TOOL}
 )
-"""Tools that change nothing (the library's readers, and the model's own checklist): a run
-that used only these has nothing to verify."""
+"""Tools that change nothing (the library's readers, and the plan): a run that used only
+these has nothing to verify."""
 EVIDENCE_CHARS = 4_000
 _NO_TESTS_COLLECTED = 5  # pytest's exit code when it found no tests
 

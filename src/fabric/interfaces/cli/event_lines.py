@@ -7,9 +7,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fabric.application.plan import MARKS
-from fabric.application.plan import TOOL as PLAN_TOOL
-
 from .policy_lines import POLICY_KINDS, describe_policy
 
 _ARG_CHARS = 70
@@ -116,9 +113,8 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
         return None
     if kind == "tool_result":
         call = pending.pop(event["call_id"], {})
-        shown = pending.pop(_PLAN + str(event["call_id"]), None)
-        if event["name"] == PLAN_TOOL and event.get("ok") and shown is not None:
-            return None  # its plan line said it
+        if pending.pop(_PLAN + str(event["call_id"]), None) is not None and event.get("ok"):
+            return None  # an update_plan whose plan line said it
         head = f"  step {event['step']:>2}  {event['name']} {short_args(call.get('arguments', ''))}"
         if pending.get(_FROM_TEXT, {}).get("step") == event["step"]:
             head += " (read from text)"
@@ -191,6 +187,8 @@ def _verification(event: Mapping[str, Any]) -> str | None:
 def _plan(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str:
     """``  step  3  plan (1/3 done): [x] read the test  [>] fix parse()  [ ] run tests``, one
     step a line when that is too long; ``unchanged`` when it is the plan shown before."""
+    from fabric.application.plan import MARKS  # only for a run that keeps a plan
+
     items = [i for i in event.get("items") or () if isinstance(i, Mapping)]
     done = sum(1 for i in items if i.get("status") == "done")
     head = f"  step {event.get('step', 0):>2}  plan ({done}/{len(items)} done):"
