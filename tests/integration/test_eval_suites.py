@@ -39,7 +39,7 @@ from fabric.interfaces.eval_web import WebFixture
 
 REPO = Path(__file__).resolve().parents[2]
 EVALS = REPO / "evals"
-SUITE_NAMES = ("engineering", "research")
+SUITE_NAMES = ("engineering", "research", "many-tools")
 JOBS = 4
 """Cases checked at once (their commands are mostly waiting on process start-up)."""
 LINES_OF_CODE = 150

@@ -157,6 +157,9 @@ def test_relative_paths_in_the_user_config_are_taken_from_its_folder(places: Pla
     assert loaded.runs_dir == (folder / "my-runs").resolve()
     assert loaded.config.serve.workspace_roots == [str(folder / "work"), "/abs"]
     assert loaded.config.serve.durable_database == str(folder / "d.db")
+    user = "packs: {eng: {skills: {folders: [team, ~/.agents/skills]}}}\n"
+    skills = places.load(user=user).config.packs["eng"].skills
+    assert skills.folders == [str(folder / "team"), "~/.agents/skills"]
     # the project's stay relative to the project's folder, as before
     loaded = places.load(project=PROJECT + "runs_dir: runs\n")
     assert loaded.runs_dir == (places.project.parent / "runs").resolve()

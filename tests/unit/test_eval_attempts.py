@@ -176,9 +176,9 @@ def _record(
 def test_results_per_case_tier_and_overall() -> None:
     cases = [_case("a"), _case("b", tier="hard"), _case("c", tier="hard")]
     records = [
-        _record("a", 1, passed=True),
-        _record("a", 2, passed=False, cost_usd=0.03),
-        _record("a", 3, passed=True, steps=10),
+        _record("a", 1, passed=True, prompt_tokens=360),
+        _record("a", 2, passed=False, cost_usd=0.03, prompt_tokens=360),
+        _record("a", 3, passed=True, steps=10),  # an older fabric's: requests not counted
         _record("b", 1, passed=False, tier="hard"),
         _record("b", 2, passed=False, tier="hard", status="max_steps"),
         _record("b", 3, passed=False, tier="hard", status="timeout", cost_usd=None),
@@ -190,6 +190,8 @@ def test_results_per_case_tier_and_overall() -> None:
     assert a["interval"] == [0.2077, 0.9385]  # Wilson, 2 of 3
     assert a["pass_at_k"] == {"1": 0.6667, "2": 1.0, "3": 1.0}
     assert (a["mean_steps"], a["mean_tokens"], a["mean_wall_s"]) == (6.0, 100.0, 2.0)
+    assert a["prompt_tokens_per_request"] == 90.0  # 720 tokens over the 8 requests counted
+    assert b["prompt_tokens_per_request"] is None
     assert (a["total_cost_usd"], a["mean_cost_usd"]) == (0.05, 0.016667)
     assert a["false_successes"] == 1 and a["statuses"] == {"completed": 3}
     assert b["statuses"] == {"completed": 1, "max_steps": 1, "timeout": 1}
@@ -204,6 +206,8 @@ def test_results_per_case_tier_and_overall() -> None:
     summary = render_summary(results)
     assert "`fabric eval s`" in summary and "**3 attempt(s) not made yet**" in summary
     assert "| a | easy | 2/3 | 67% (21% to 94%) | @1 67%, @2 100%, @3 100% | 1 |" in summary
+    assert "| mean tokens | prompt tokens / request |" in summary
+    assert "| 1 | 0 | 6.0 | 100 | 90 | $0.0500 / $0.0167 |" in summary
     assert "| b | 2 | max_steps | run: t: exit code 0 | [b-2](runs/b-2/runlog.jsonl) |" in summary
 
 

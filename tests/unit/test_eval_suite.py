@@ -236,3 +236,40 @@ def test_substitute_replaces_only_the_given_names() -> None:
         "a": ["http://h/x", 3],
         "b": "${HOME} http://h",
     }
+
+
+def test_a_suites_mcp_servers_join_a_copy_of_the_config(tmp_path: Path) -> None:
+    """A suite brings its MCP servers like its web service: confined, no network, no
+    variables, the folder taken from the suite file; a pack gets them by pack_settings."""
+    loaded = load_config(write(tmp_path, PACKS))
+    (tmp_path / "servers").mkdir()
+    suite = write(tmp_path, SUITE + """
+mcp_servers:
+  shed: {command: python3, args: [shed.py], cwd: ../servers, protocol: legacy}
+pack_settings:
+  research: {mcp: [{server: shed}]}
+""", "suite/suite.yaml")  # fmt: skip
+    found = load_suite(suite.parent)
+    merged = with_pack_settings(loaded, found, {})
+    server = merged.config.mcp_servers["shed"]
+    assert server.cwd == str((tmp_path / "servers").resolve())
+    assert (server.network, server.env, server.protocol) == (False, [], "legacy")
+    assert merged.config.packs["research"].mcp[0].server == "shed"
+    assert loaded.config.mcp_servers == {}  # the user's is unchanged
+    # what the server answers from is part of what attempts depend on
+    before = found.content_hash
+    write(tmp_path, "TABLE = 2\n", "servers/shed.py")
+    assert load_suite(suite.parent).content_hash != before
+    # a server of the config's name; a folder the runs cannot read; more than a fixture needs
+    taken = load_config(write(tmp_path, PACKS + "mcp_servers: {shed: {command: x}}\n"))
+    with pytest.raises(ConfigError, match="declares an MCP server 'shed' already"):
+        with_pack_settings(taken, found, {})
+    inside = write(tmp_path, SUITE + "mcp_servers: {shed: {command: x, cwd: .}}\n", "in/suite.yaml")
+    with pytest.raises(ConfigError, match="inside the suite's folder"):
+        load_suite(inside.parent)
+    wide = write(tmp_path, SUITE + "mcp_servers: {shed: {command: x, network: true}}\n", "w.yaml")
+    with pytest.raises(ConfigError, match=f"{wide}:{line_of(wide, 'network')}"):
+        load_suite(wide)
+    bad = write(tmp_path, SUITE + "mcp_servers: {a_b: {command: x}}\n", "b.yaml")
+    with pytest.raises(ConfigError, match="no '_'"):
+        load_suite(bad)

@@ -133,3 +133,31 @@ def test_hook_managers_configs_in_a_repository_are_host_code(tmp_path: Path) -> 
     assert tmp_path / "repo" / ".pre-commit-config.yaml" in found
     assert tmp_path / "repo" / "lefthook.yml" in found
     assert tmp_path / "loose.yml" not in found
+
+
+def test_a_change_to_the_users_git_settings_is_seen_by_the_next_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's settings are kept between looks, and read again when their file, or a file
+    it includes, changed: a new hooks folder counts from the next run on."""
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "global.cfg"))
+    (tmp_path / "global.cfg").write_text("[include]\n\tpath = extra.cfg\n")
+    (tmp_path / "extra.cfg").write_text("")
+    ws = tmp_path / "ws"
+    for folder in (".githooks", ".hooks2", ".hooks3"):
+        (ws / folder).mkdir(parents=True)
+    git(ws, "init", "-q")
+    assert not {".githooks", ".hooks2", ".hooks3"} & found(ws)
+
+    (tmp_path / "global.cfg").write_text(
+        "[include]\n\tpath = extra.cfg\n[core]\n\thooksPath = .githooks\n"
+    )
+    assert ".githooks" in found(ws)
+
+    (tmp_path / "extra.cfg").write_text("[core]\n\thooksPath = .hooks2\n")  # included: later
+    assert ".hooks2" in found(ws)
+
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "other.cfg"))  # another file
+    (tmp_path / "other.cfg").write_text("[core]\n\thooksPath = .hooks3\n")
+    assert ".hooks3" in found(ws) and ".githooks" not in found(ws)

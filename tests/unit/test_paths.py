@@ -16,6 +16,7 @@ def test_it_answers_what_resolve_answers(tmp_path: Path, monkeypatch: pytest.Mon
     (real / "file.txt").write_text("x")
     (tmp_path / "link").symlink_to(real)
     (tmp_path / "to-file").symlink_to(real / "file.txt")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "at-all")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # opening it for reading would block: resolved must not
     monkeypatch.chdir(tmp_path)
@@ -28,6 +29,13 @@ def test_it_answers_what_resolve_answers(tmp_path: Path, monkeypatch: pytest.Mon
         fifo,
         tmp_path / "missing" / "file",  # does not exist: resolve's answer
         tmp_path / "link" / "missing",
+        tmp_path / "link" / "missing" / "deeper",
+        tmp_path / "dangling",  # a symlink to nothing: resolve follows it
+        tmp_path / "dangling" / "below",
+        tmp_path / "missing" / ".." / "real",
+        tmp_path / "real" / "deep" / "file.txt" / "below",  # below a file
+        Path("missing-here"),
+        Path("missing-here") / ".." / "link",
     ]
     for path in cases:
         assert resolved(path) == path.resolve(), path

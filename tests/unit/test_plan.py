@@ -119,7 +119,8 @@ def test_without_the_setting_a_run_has_no_plan_tool_and_no_word_of_it(
     assert model.tools == [["read_file", "write_file", "finish_task"]]
     assert "update_plan" not in model.system and PROMPT not in model.system
     started = events[0]
-    assert "additions" not in started and "update_plan" not in started["system_prompt"]
+    assert "plan" not in started.get("additions", {})
+    assert "update_plan" not in started["system_prompt"]
     assert built.pack("notes").settings.plan.enabled is False
 
 
@@ -136,7 +137,7 @@ def test_each_update_is_a_plan_event_with_the_whole_list(tmp_path: Path, workspa
     events = run(tmp_path, workspace, model)
     assert model.tools[0] == ["read_file", "write_file", "update_plan", "finish_task"]
     assert model.system.endswith(PROMPT)
-    assert events[0]["additions"] == {"plan": {"max_items": 4, "item_chars": 40}}
+    assert events[0]["additions"]["plan"] == {"max_items": 4, "item_chars": 40}
     offered = of(events, "llm_request")[0]["tools"]
     spec = next(t["function"] for t in offered if t["function"]["name"] == "update_plan")
     assert spec["parameters"]["properties"]["items"]["maxItems"] == 4

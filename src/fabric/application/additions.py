@@ -6,11 +6,11 @@ prompt and tools; the pack itself is never changed."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .pack import Pack
+from .pack import AfterCall, Pack
 from .ports import Tool
 
 
@@ -26,20 +26,41 @@ class Addition:
     """Tools the run gets besides the pack's."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """What ``run_started.additions[name]`` records of it (what was found, where, why not)."""
+    after_call: AfterCall | None = None
+    """Asked after each tool call that ran: text to append to its output (``Pack.after_calls``,
+    recorded in that ``tool_result.additions[name]``)."""
+    restore: Callable[[Sequence[Mapping[str, Any]]], Addition] | None = None
+    """The addition as the recorded run had it, from its events (``run_started`` first, then
+    those of the steps a resume re-drives): a resume or a replay must tell the model what the
+    run told it then, whatever the workspace holds now (``restored``). None: as it is now."""
 
 
 def joined(pack: Pack, additions: Sequence[Addition]) -> Pack:
-    """``pack`` with the additions' prompts after its own and their tools after its own."""
+    """``pack`` with the additions' prompts after its own, their tools after its own and their
+    after-call hooks."""
     prompts = [a.prompt for a in additions if a.prompt]
     tools = [t for a in additions for t in a.tools]
-    if not prompts and not tools:
+    hooks = {a.name: a.after_call for a in additions if a.after_call is not None}
+    if not prompts and not tools and not hooks:
         return pack
     prompt = "\n\n".join([pack.system_prompt, *prompts])
-    return dataclasses.replace(pack, system_prompt=prompt, tools=(*pack.tools, *tools))
+    return dataclasses.replace(
+        pack,
+        system_prompt=prompt,
+        tools=(*pack.tools, *tools),
+        after_calls={**pack.after_calls, **hooks},
+    )
+
+
+def restored(
+    additions: Sequence[Addition], events: Sequence[Mapping[str, Any]]
+) -> tuple[Addition, ...]:
+    """The additions as the run recorded in ``events`` had them (``Addition.restore``)."""
+    return tuple(a.restore(events) if a.restore is not None else a for a in additions)
 
 
 def recorded(additions: Sequence[Addition]) -> dict[str, Any]:
-    """The additions as ``run_started`` records them (none: nothing)."""
-    if not additions:
-        return {}
-    return {"additions": {a.name: dict(a.meta) for a in additions}}
+    """The additions as ``run_started`` records them: those with something to record (none:
+    nothing; skills found nowhere, say, leave no trace)."""
+    said = {a.name: dict(a.meta) for a in additions if a.meta}
+    return {"additions": said} if said else {}

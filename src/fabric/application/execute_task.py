@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import Any
 
+from fabric.config.prompts import TOOL_SEARCH
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunResult, RunStatus
 
@@ -22,6 +23,7 @@ from .context import ToolContext
 from .cost import RunCost
 from .job import LEFT_FOR_RECOVERY, Control, Job, Kit
 from .loop.run import Run
+from .loop.search import Catalog
 from .loop.state import Stop, describe, usage_json
 from .loop.window import Window, asked_of
 from .paths import resolved
@@ -81,8 +83,10 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
         spending=spending,
         window=window,
         summarize=kit.summarize or asked_of(kit.chat),
+        catalog=Catalog.for_run(job.tool_search, pack.tools),
     )
     run.record.task = job.task
+    system_prompt = pack.system_prompt + (TOOL_SEARCH if run.catalog is not None else "")
     started = time.perf_counter()
     runlog.emit(
         "run_started",
@@ -95,14 +99,15 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
             "limits": job.limits.model_dump(),
             "sandbox": sandbox.model_dump(),
             "confinement": dict(kit.commands.confinement) if kit.commands is not None else None,
-            "system_prompt": pack.system_prompt,
+            "system_prompt": system_prompt,
             "finish_schema": pack.finish_schema,
             "verify": describe_checks(pack.verifiers),
             **_context(kit),
+            **({"tool_search": run.catalog.meta()} if run.catalog is not None else {}),
         },
     )
     run.messages += [
-        {"role": "system", "content": pack.system_prompt},
+        {"role": "system", "content": system_prompt},
         {"role": "user", "content": job.task},
     ]
     start_error = kit.start_error or _uncounted(job, kit)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.config.policy import PolicySettings
-from fabric.config.schema import Budget, Limits, SandboxSettings
+from fabric.config.schema import Budget, Limits, SandboxSettings, ToolSearchSettings
 from fabric.domain.errors import FabricError
 from fabric.domain.models import ChatDelta
 
@@ -62,6 +62,9 @@ class Job:
     """Recorded in ``run_started`` as it is (fabric version, backend, selection, ...)."""
     outer_policies: tuple[PolicySettings, ...] = ()
     """The policies of the runs that delegated this one, nearest first: checked as well."""
+    tool_search: ToolSearchSettings | None = None
+    """When the run searches its tools rather than offering them all (ADR 0028; None:
+    never)."""
 
 
 @dataclass(frozen=True, slots=True)

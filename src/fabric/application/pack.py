@@ -37,6 +37,23 @@ Brief = Callable[[ToolContext], Awaitable["str | Briefing"]]
 task); e.g. the files and how the tests fare (``infrastructure/tools/briefs.py``). A plain
 string is a ``Briefing`` that keeps nothing."""
 
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What a convention adds to one tool call's output (``AfterCall``): ``text`` goes to the
+    model after the tool's own output; ``meta`` is recorded in the call's ``tool_result``
+    (``additions[name]``)."""
+
+    text: str
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+AfterCall = Callable[[str, Mapping[str, Any], ToolContext], Awaitable["Appended | None"]]
+"""Told of each tool call that ran and succeeded (the tool's name, its arguments, the run's
+context with the call's step and id), before its output goes to the model; returns what to
+append to that output, or None. Never called for a call a resumed run re-drives from its log
+or a replay answers from it: their recorded outputs hold what was appended then."""
+
 FinishCheck = Callable[[Mapping[str, Any]], list[str]]
 """The problems with finish_task arguments, each ``path: message``; empty when valid."""
 
@@ -147,6 +164,9 @@ class Pack:
     verifiers: Sequence[Verifier] = ()
     """Checks of the work run after a valid finish_task, before the run may end
     ``completed`` (``verify.py``): e.g. the project's tests, or that cited pages were read."""
+    after_calls: Mapping[str, AfterCall] = field(default_factory=dict)
+    """What fabric's conventions add to tool outputs, by the name of the convention
+    (``additions.py``): each is asked after every tool call that ran."""
 
     def __post_init__(self) -> None:
         names = [t.spec.name for t in self.tools]

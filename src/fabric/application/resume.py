@@ -33,8 +33,9 @@ from .approvals import RecordedApprover
 from .context import ToolContext
 from .execute_task import execute_task
 from .job import Control, Job, Kit
+from .loop.search import recorded_settings
 from .loop.window import asked_of, recorded_window
-from .pack import Pack
+from .pack import AfterCall, Appended, Pack
 from .ports import ChatClient, RunLog, Tool, ToolChange, ToolUpdates, tool_diff
 from .replay.divergence import Diverged, ReplayState
 from .replay.offers import RecordedOffers, recorded_mcp
@@ -287,7 +288,7 @@ class _ResumingOffers:
             change = await self._live.changed(step) if self._live is not None else None
             if change is not None:
                 self._now = list(change.tools)
-            if step == self._completed + 1 and _specs(self._now) != _specs(self._offered):
+            if step == self._completed + 1 and self._differ(self._now, self._offered):
                 change = ToolChange(
                     tuple(self._now),
                     change.note if change else _resumed_note(self._offered, self._now),
@@ -296,9 +297,27 @@ class _ResumingOffers:
             self._offered = list(change.tools)
         return change
 
+    def _differ(self, now: Sequence[Tool], then: Sequence[Tool]) -> bool:
+        """Whether the tools now are not those of then: in order, or for a run that searched
+        its tools (which offers them by name, not in the set's order) by name."""
+        if self._recorded.searched is not None:
+            return {t.spec.name: t.spec for t in now} != {t.spec.name: t.spec for t in then}
+        return [t.spec for t in now] != [t.spec for t in then]
 
-def _specs(tools: Sequence[Tool]) -> list[ToolSpec]:
-    return [t.spec for t in tools]
+
+class _AfterNewSteps:
+    """A pack's after-call hook, quiet in the steps a resumed run re-drives from its log:
+    their recorded outputs hold what it appended then (``Addition.restore`` told it so)."""
+
+    def __init__(self, live: AfterCall, completed: int) -> None:
+        self._live, self._completed = live, completed
+
+    async def __call__(
+        self, name: str, arguments: Mapping[str, Any], ctx: ToolContext
+    ) -> Appended | None:
+        if ctx.step <= self._completed:
+            return None
+        return await self._live(name, arguments, ctx)
 
 
 def _resumed_note(before: Sequence[Tool], now: Sequence[Tool]) -> dict[str, Any]:
@@ -339,6 +358,8 @@ class ResumingRunLog:
                 resumed["ended"] = _without_envelope(self._plan.ended)
             if "mcp" in data:  # the MCP servers as started again, and their tools now
                 resumed["mcp"] = data["mcp"]
+            if "additions" in data:  # what fabric's conventions found for the new steps
+                resumed["additions"] = data["additions"]
             self._inner.emit("run_resumed", resumed)
             return
         step = data.get("step")
@@ -393,7 +414,11 @@ async def resume_task(
     if brief is None and plan.completed == 0:
         brief = pack.brief  # cut off before the pack had looked: it looks now, and logs it
     resumed_pack = dataclasses.replace(
-        pack, tools=tuple(offers.first()), verifiers=verifiers, brief=brief
+        pack,
+        tools=tuple(offers.first()),
+        verifiers=verifiers,
+        brief=brief,
+        after_calls={k: _AfterNewSteps(h, plan.completed) for k, h in pack.after_calls.items()},
     )
     resuming = (
         _ResumingChat(ReplayChatClient(recording, state), kit.chat, plan.completed, state)
@@ -409,6 +434,7 @@ async def resume_task(
         sandbox,
         meta or {},
         outer_policies=outer_policies,  # a delegated run: its parents' policies hold
+        tool_search=recorded_settings(plan.started),  # it searches its tools as it did
     )
     window, reply = recorded_window(plan.started)
     resumed_kit = dataclasses.replace(

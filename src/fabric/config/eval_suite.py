@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, Tag, field_validator
 
 from .loader import _line_of
+from .schema import McpServerSettings
 
 Tier = Literal["easy", "medium", "hard"]
 TIERS: tuple[Tier, ...] = ("easy", "medium", "hard")
@@ -177,6 +178,32 @@ class Services(_Strict):
     )
 
 
+class SuiteMcpServer(_Strict):
+    """An MCP server the suite's packs may use (a fixture, like the web service): a program
+    fabric starts confined like the pack's commands, with no network and nothing of fabric's
+    environment but the base set."""
+
+    command: str = Field(
+        min_length=1,
+        description="The program to start, by bare name (looked up on the scrubbed PATH) or "
+        "as an absolute path.",
+    )
+    args: list[str] = Field(default_factory=list, description="The program's arguments.")
+    cwd: str | None = Field(
+        None,
+        description="The folder the server starts in, relative to the suite file (default: "
+        "the attempt's workspace). It must lie outside the suite's folder, which runs cannot "
+        "read.",
+    )
+    protocol: Literal["auto", "legacy"] = Field(
+        "auto", description="As under mcp_servers in fabric.yaml."
+    )
+    start_timeout: float = Field(
+        20.0, gt=0, description="Seconds the server may take to start and list its tools."
+    )
+    call_timeout: float = Field(60.0, gt=0, description="Seconds one tool call may take.")
+
+
 class Suite(_Strict):
     """A suite file (``suite.yaml``, or a single-file suite)."""
 
@@ -197,6 +224,11 @@ class Suite(_Strict):
         default_factory=dict,
         description="Pack sections (as in fabric.yaml) merged over the loaded config's, by pack "
         "name, for this eval only; ${web_url} is substituted.",
+    )
+    mcp_servers: dict[str, SuiteMcpServer] = Field(
+        default_factory=dict,
+        description="MCP servers by name added to the loaded config's for this eval only, for "
+        "pack_settings to give a pack (its mcp: list).",
     )
     cases: list[Case] = Field(
         default_factory=list, description="Cases; more may come from cases/*.yaml."
@@ -270,6 +302,8 @@ class LoadedSuite:
     pages: Path | None
     """The folder the web service serves, when the suite has one."""
     pack_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    mcp_servers: Mapping[str, McpServerSettings] = field(default_factory=dict)
+    """The suite's MCP servers as fabric.yaml would declare them (``cwd`` made absolute)."""
 
     def where(self, *loc: str | int) -> str:
         """``file:line`` of the key at ``loc`` in the suite file."""

@@ -32,6 +32,8 @@ from .eval_suite import (
 )
 from .layers import UniqueKeyLoader
 from .loader import _line_of, validation_error
+from .schema import McpServerSettings
+from .schema.mcp import check_server_name
 
 SUITE_FILE = "suite.yaml"
 CASES_FOLDER = "cases"
@@ -135,6 +137,7 @@ def load_suite(path: str | os.PathLike[str]) -> LoadedSuite:
             _check_within(root, case.workspace, f"{case.where}: case {case.id!r}: workspace")
     if pages is not None:
         _check_within(root, pages, f"{source.where('services', 'web')}: services.web.pages")
+    servers = _servers(suite, suite_file.parent, source)
     for name, settings in suite.pack_settings.items():
         if "builder" in settings:
             raise ConfigError(
@@ -145,6 +148,7 @@ def load_suite(path: str | os.PathLike[str]) -> LoadedSuite:
             )
     files = [src.path for _, src, _ in cases]
     folders = [c.workspace for c in resolved if c.workspace] + ([pages] if pages else [])
+    folders += [Path(str(s.cwd)) for s in servers.values() if s.cwd]  # what they answer from
     return LoadedSuite(
         name=suite.name or (given.name if given.is_dir() else given.stem),
         description=suite.description,
@@ -155,7 +159,34 @@ def load_suite(path: str | os.PathLike[str]) -> LoadedSuite:
         cases=tuple(resolved),
         pages=pages,
         pack_settings=suite.pack_settings,
+        mcp_servers=servers,
     )
+
+
+def _servers(suite: Suite, base: Path, source: _Source) -> dict[str, McpServerSettings]:
+    """The suite's MCP servers as ``mcp_servers`` of fabric.yaml: confined, no network, no
+    variables passed on, ``cwd`` absolute (relative paths are from the suite file's folder,
+    not the config's). A folder inside the suite's is refused: runs cannot read it."""
+    root = base.resolve()
+    servers = {}
+    for name, server in suite.mcp_servers.items():
+        where = source.where("mcp_servers", name)
+        try:
+            check_server_name(name)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: mcp_servers: {exc}", hint=_FIX) from None
+        given = server.model_dump(exclude={"cwd"})
+        if server.cwd is not None:
+            cwd = _folder(base, server.cwd, source, "mcp_servers", name, "cwd")
+            if cwd == root or root in cwd.parents:
+                raise ConfigError(
+                    f"{source.where('mcp_servers', name, 'cwd')}: mcp_servers.{name}.cwd: {cwd} "
+                    "is inside the suite's folder, which runs (and their servers) cannot read",
+                    hint="put the server's files beside the suite folder, e.g. ../servers",
+                )
+            given["cwd"] = str(cwd)
+        servers[name] = McpServerSettings.model_validate(given)
+    return servers
 
 
 def _case(raw: Any, source: _Source, prefix: tuple[str | int, ...]) -> Case:

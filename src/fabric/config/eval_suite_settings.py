@@ -35,10 +35,20 @@ def with_pack_settings(
     loaded: LoadedConfig, suite: LoadedSuite, variables: Mapping[str, str]
 ) -> LoadedConfig:
     """A new config whose pack sections have the suite's ``pack_settings`` merged over them, as
-    a layer over the config's (``layers.merged``; ``loaded`` itself is not changed). A pack
-    the config does not declare is an error."""
-    if not suite.pack_settings:
+    a layer over the config's (``layers.merged``; ``loaded`` itself is not changed), with the
+    suite's ``mcp_servers`` besides the config's. A pack the config does not declare, or a
+    server name it declares already, is an error."""
+    if not suite.pack_settings and not suite.mcp_servers:
         return loaded
+    servers = dict(loaded.config.mcp_servers)
+    for name, server in suite.mcp_servers.items():
+        if name in servers:
+            raise ConfigError(
+                f"{suite.where('mcp_servers', name)}: mcp_servers.{name}: {loaded.source} "
+                f"declares an MCP server {name!r} already",
+                hint="give the suite's server another name",
+            )
+        servers[name] = server
     packs = dict(loaded.config.packs)
     for name, settings in suite.pack_settings.items():
         where = suite.where("pack_settings", name)
@@ -59,5 +69,5 @@ def with_pack_settings(
             raise ConfigError(
                 f"{where}: pack_settings.{name}: {problems}", hint="fix the suite's pack_settings"
             ) from None
-    config = loaded.config.model_copy(update={"packs": packs})
+    config = loaded.config.model_copy(update={"packs": packs, "mcp_servers": servers})
     return dataclasses.replace(loaded, config=config)

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fabric.application.additions import Addition, joined
+from fabric.application.additions import Addition, joined, restored
+from fabric.application.additions import recorded as recorded_additions
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Control, Kit
 from fabric.application.pack import Pack
@@ -86,6 +87,7 @@ async def replay_run(
         # a replay that starts no server has the recorded MCP tools; a delegation's recorded
         # result answers its call (live: the real tool starts a sub-run on the copy)
         additions = await asyncio.to_thread(runner.additions, loaded_pack, workspace)
+        additions = restored(additions, [recording.started])
         pack = joined(loaded_pack.pack, additions)
         pack = runner.with_delegates(pack, loaded_pack, None, Control())
         if toolbox is not None:  # live: the servers start as for a run
@@ -112,6 +114,7 @@ async def replay_run(
                 live=live,
                 run_dir=path.parent,
                 sandbox=loaded_pack.settings.sandbox,
+                meta=recorded_additions(additions),
             )
         finally:
             runlog.close()

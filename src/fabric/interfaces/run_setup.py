@@ -9,21 +9,21 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import fabric
-from fabric.application.additions import Addition, joined, recorded
+from fabric.application.additions import Addition, joined, recorded, restored
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Kit
 from fabric.application.pack import Pack
 from fabric.application.ports import ChatClient, Tool
 from fabric.application.resolve import Resolution
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import AnthropicBackend, SandboxSettings
+from fabric.config.schema import AnthropicBackend, PackSettings, SandboxSettings
 from fabric.domain.errors import ConfigError, FabricError, McpError, SandboxError
 from fabric.infrastructure.additions import Where, additions_for
 from fabric.infrastructure.llm.backends import Backends, base_url_of, window_of
@@ -45,10 +45,11 @@ Confinement = tuple[
 """A run's host code (read only), its command runner or why it has none, and its additions."""
 
 CommandFactory = Callable[
-    [SandboxSettings, Path, tuple[Path, ...], tuple[Path, ...]], CommandRunner
+    [SandboxSettings, Path, tuple[Path, ...], tuple[Path, ...], tuple[Path, ...]], CommandRunner
 ]
 """Makes a pack's command runner from its sandbox settings, the workspace, the protected
-places and the host code it may only read (default: ``command_runner``, the OS sandbox)."""
+places, the host code it may only read and the folders outside the workspace it may read (the
+configured skill folders) (default: ``command_runner``, the OS sandbox)."""
 
 
 def redact_url(url: str) -> str:
@@ -75,9 +76,12 @@ class Session:
     additions: tuple[Addition, ...] = ()
     """What fabric's conventions add to this run (ADR 0025)."""
 
-    def pack_of(self, loaded_pack: LoadedPack) -> Pack:
-        """The pack with this run's additions and MCP tools."""
-        pack = joined(loaded_pack.pack, self.additions)
+    def pack_of(self, loaded_pack: LoadedPack, started: Mapping[str, Any] | None = None) -> Pack:
+        """The pack with this run's additions and MCP tools. ``started``: the recorded
+        ``run_started`` of a durable run driven again after its process died, which tells the
+        model what it told it then (every step is driven again: the additions start afresh)."""
+        additions = self.additions if started is None else restored(self.additions, [started])
+        pack = joined(loaded_pack.pack, additions)
         if not self.tools:
             return pack
         return dataclasses.replace(pack, tools=(*pack.tools, *self.tools))
@@ -223,8 +227,13 @@ class RunSetup:
                 BUILTIN_BUILDERS.get(p.builder, p.builder).partition(":")[0]
                 for p in self.loaded.config.packs.values()
             ]
+            skills = [  # a run may not rewrite what later runs trust (ADR 0027)
+                folder
+                for p in self.loaded.config.packs.values()
+                for folder in p.skills.configured(self.loaded.base_dir)
+            ]
             self._host_code = host_code(
-                source if source.is_file() else None, self.loaded.base_dir, modules
+                source if source.is_file() else None, self.loaded.base_dir, modules, skills
             )
         return self._host_code
 
@@ -239,9 +248,20 @@ class RunSetup:
         self._host().check(workspace)
         if read_only is None:
             read_only = self.read_only_in(workspace)
+        settings = loaded_pack.settings
+        readable = self._readable(settings, workspace)
         return self.make_commands(
-            loaded_pack.settings.sandbox, workspace, self.protected_paths, read_only
+            settings.sandbox, workspace, self.protected_paths, read_only, readable
         )
+
+    def _readable(self, settings: PackSettings, workspace: Path) -> tuple[Path, ...]:
+        """The pack's configured skill folders, for its commands to read (ADR 0027)."""
+        if not settings.skills.enabled or not settings.skills.folders:
+            return ()
+        from fabric.infrastructure.additions.skill_folders import readable_folders
+
+        loaded = self.loaded
+        return readable_folders(settings.skills, loaded.base_dir, loaded.runs_dir, workspace)
 
     def _confinement(self, loaded_pack: LoadedPack, workspace: Path) -> Confinement:
         """The workspace's host code and ``commands_for`` it, or why the commands cannot be

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fabric.application.additions import Addition, joined
+from fabric.application.additions import Addition, joined, restored
 from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, RunRequest
-from fabric.application.ports import RunObserver
+from fabric.application.ports import RunObserver, Tool
 from fabric.application.resolve import Resolution
 from fabric.application.workspaces import check_workspace
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import Budget, Limits
+from fabric.config.schema import Budget, Limits, ToolSearchSettings
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
 from fabric.domain.models import RunResult, RunStatus
@@ -179,9 +179,13 @@ class Runner:
         async with self.setup.session(
             loaded_pack, folder, request.backend, request.model, open_log
         ) as session:
+            started = recovered.started if recovered is not None else None
+            pack = self.with_delegates(
+                session.pack_of(loaded_pack, started), loaded_pack, parent, control
+            )
             job = Job(
                 request.task,
-                self.with_delegates(session.pack_of(loaded_pack), loaded_pack, parent, control),
+                pack,
                 session.runlog.run_id,
                 folder,
                 limits,
@@ -194,6 +198,7 @@ class Runner:
                     **({"parent": parent.as_json()} if parent is not None else {}),
                 },
                 outer_policies=parent.policies if parent is not None else (),
+                tool_search=_tool_search(loaded_pack, pack, session.tools),
             )
             kit = session.kit
             if checkpoints is not None:
@@ -326,7 +331,10 @@ class Runner:
             return await resume_task(
                 plan,
                 pack=self.with_delegates(
-                    joined(loaded_pack.pack, session.additions), loaded_pack, parent, control
+                    joined(loaded_pack.pack, restored(session.additions, plan.events)),
+                    loaded_pack,
+                    parent,
+                    control,
                 ),
                 workspace=folder,
                 kit=session.kit,
@@ -415,6 +423,14 @@ async def _check_search(name: str, loaded_pack: LoadedPack) -> None:
     problem = await search_problem(name, loaded_pack)
     if problem is not None:
         raise problem
+
+
+def _tool_search(loaded_pack: LoadedPack, pack: Pack, mcp: Sequence[Tool]) -> ToolSearchSettings:
+    """The pack's tool search for a run of ``pack`` (ADR 0028): the tools that are not its
+    MCP servers' are offered always, unless the settings have them searched too."""
+    served = {t.spec.name for t in mcp}
+    own = [t.spec.name for t in pack.tools if t.spec.name not in served]
+    return loaded_pack.settings.tool_search.for_run(own)
 
 
 def _check_verify(loaded_pack: LoadedPack, verify: str | None, *, remote: bool) -> None:

@@ -238,6 +238,7 @@ def _usage(ran: RunOutcome) -> dict[str, Any]:
     return {
         "steps": result.steps,
         "tokens": result.usage.total_tokens,
+        "prompt_tokens": result.usage.prompt_tokens,
         "cost": result.cost_usd,
         "model": ran.model,
         "backend": ran.backend,
@@ -262,6 +263,7 @@ def _record(
     error: Mapping[str, str] | None = None,
     steps: int = 0,
     tokens: int = 0,
+    prompt_tokens: int | None = None,
     cost: float | None = None,
     model: str | None = None,
     backend: str | None = None,
@@ -273,6 +275,7 @@ def _record(
         checks=checks,
         steps=steps,
         tokens=tokens,
+        prompt_tokens=prompt_tokens,
         cost_usd=cost,
         wall_s=round(time.monotonic() - started, 3),
         finished=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),

@@ -73,6 +73,8 @@ class AttemptRecord:
     model: str | None = None
     backend: str | None = None
     error: Mapping[str, str] | None = None
+    prompt_tokens: int | None = None
+    """The tokens of the requests the run sent (None: a record of an older fabric)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Keys a newer fabric wrote that this one does not know (kept as they were)."""
 
@@ -110,6 +112,7 @@ class AttemptRecord:
             "checks": [c.as_json() for c in self.checks],
             "steps": self.steps,
             "tokens": self.tokens,
+            "prompt_tokens": self.prompt_tokens,
             "cost_usd": self.cost_usd,
             "wall_s": self.wall_s,
             "run_id": self.run_id,
@@ -126,6 +129,7 @@ class AttemptRecord:
         known = {*cls.__dataclass_fields__, "false_success", "unconfirmed_failure"}
         cost = data.get("cost_usd")
         error = data.get("error")
+        prompt = data.get("prompt_tokens")
         return cls(
             case=str(data["case"]),
             attempt=int(data["attempt"]),
@@ -144,5 +148,6 @@ class AttemptRecord:
             model=data.get("model"),
             backend=data.get("backend"),
             error={str(k): str(v) for k, v in error.items()} if isinstance(error, dict) else None,
+            prompt_tokens=None if prompt is None else int(prompt),
             extra={k: v for k, v in data.items() if k not in known},
         )

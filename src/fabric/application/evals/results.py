@@ -113,11 +113,21 @@ def _common(records: Sequence[AttemptRecord]) -> dict[str, Any]:
         "check_errors": sum(r.check_error for r in records),
         "mean_steps": _mean(r.steps for r in records),
         "mean_tokens": _mean(r.tokens for r in records),
+        "prompt_tokens_per_request": _per_request(records),
         "total_cost_usd": _round(sum(costs), 6) if costs else None,
         "mean_cost_usd": _round(fmean(costs), 6) if costs else None,
         "mean_wall_s": _mean(r.wall_s for r in records),
         "statuses": dict(sorted(Counter(r.status for r in records).items())),
     }
+
+
+def _per_request(records: Sequence[AttemptRecord]) -> float | None:
+    """The prompt tokens of a model request, on average over every request of ``records``
+    (those of an older fabric, which did not count them, left out): what tool search saves
+    (ADR 0028)."""
+    counted = [r for r in records if r.prompt_tokens is not None and r.steps]
+    steps = sum(r.steps for r in counted)
+    return _round(sum(r.prompt_tokens or 0 for r in counted) / steps, 1) if steps else None
 
 
 def _mean(values: Iterable[float]) -> float | None:

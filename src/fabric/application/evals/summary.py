@@ -14,6 +14,7 @@ _FIGURE_HEAD = [
     "unconfirmed, failed",
     "mean steps",
     "mean tokens",
+    "prompt tokens / request",
     "cost (total / mean)",
     "mean wall",
     "statuses",
@@ -103,7 +104,7 @@ def percent(value: float | None) -> str:
 
 def _figures(f: Mapping[str, Any]) -> list[str]:
     if not f.get("attempts"):
-        return ["0", "-", "-", "-", "-", "-", "-", "-", "-", "-"]
+        return ["0", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"]
     low, high = f["interval"]
     rate = f"{percent(f['pass_rate'])} ({percent(low)} to {percent(high)})"
     at_k = ", ".join(f"@{k} {percent(v)}" for k, v in (f.get("pass_at_k") or {}).items())
@@ -121,6 +122,7 @@ def _figures(f: Mapping[str, Any]) -> list[str]:
         str(f.get("unconfirmed_failures", 0)),  # results.json of older fabric: not counted
         _num(f.get("mean_steps")),
         _num(f.get("mean_tokens"), 0),
+        _num(f.get("prompt_tokens_per_request"), 0),
         cost,
         f"{_num(f.get('mean_wall_s'))} s",
         statuses,

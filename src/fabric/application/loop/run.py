@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from fabric.application.pack import FINISH_TOOL, Brief, Briefing
+from fabric.application.ports import ToolChange, tool_diff
 from fabric.config.prompts import NUDGE
 from fabric.domain.errors import FabricError
 from fabric.domain.models import ChatRequest, ChatResponse, RunStatus
@@ -97,10 +98,12 @@ class Run(ToolSteps):
         request: dict[str, Any] = {"step": self.steps, "messages": new}
         change = await self.updates.changed(self.steps) if self.updates is not None else None
         if change is not None:
-            self._offer(change.tools)
-            request["tools_changed"] = dict(change.note)
+            request["tools_changed"] = self._changed(change)
+        loaded = self.catalog.fresh() if self.catalog is not None else []
+        if loaded:
+            request["tools_loaded"] = loaded
         recall = self.window is not None and await self._fit(self._outgoing())
-        if self.steps == 1 or change is not None or recall:
+        if self.steps == 1 or change is not None or recall or loaded:
             request["tools"] = self.tool_defs
         self.log.emit("llm_request", request)
         started = time.perf_counter()
@@ -127,6 +130,18 @@ class Run(ToolSteps):
             event["spent"] = self.spending.used_json()
         self.log.emit("llm_response", event)
         return response
+
+    def _changed(self, change: ToolChange) -> dict[str, Any]:
+        """Offer the tools of ``change``; what changed, for ``llm_request.tools_changed``.
+        A run that searches its tools offers few of them: the note has the definitions of
+        the tools that came or changed, so a replay searches the same catalog."""
+        before = list(self.catalog.tools) if self.catalog is not None else []
+        self._offer(change.tools)
+        note = dict(change.note)
+        if self.catalog is not None:
+            diff = tool_diff(before, self.catalog.tools)
+            note["definitions"] = self.catalog.definitions([*diff["added"], *diff["changed"]])
+        return note
 
     def _next_call(self) -> dict[str, Any]:
         """About what the next model call adds to the budget: its request's tokens, at the

@@ -21,6 +21,7 @@ from fabric.config.schema import Limits
 from fabric.domain.errors import FabricError
 from fabric.domain.models import ChatResponse, Message, RunStatus, ToolSpec, Usage
 
+from .search import LOAD, SEARCH, Catalog
 from .window import FIRST_RATIO, RECALL, Window
 
 
@@ -59,6 +60,8 @@ class RunState:
     """The model's context window (None: not known; nothing is counted or elided)."""
     summarize: Summarize | None = None
     """Writes a summary of older turns when eliding is not enough (None: none is written)."""
+    catalog: Catalog | None = None
+    """The run's tools when it searches them (ADR 0028; None: every tool is offered)."""
     messages: list[Message] = field(default_factory=list)
     steps: int = 0
     usage: Usage = field(default_factory=Usage)
@@ -104,10 +107,17 @@ class RunState:
 
     def _offer(self, tools: Sequence[Tool]) -> None:
         """Offer ``tools`` and ``finish_task`` to the model from its next call on (a new list,
-        so a replay sees that it changed)."""
-        self.tools = {t.spec.name: t for t in tools}
+        so a replay sees that it changed); a run that searches its tools offers those of them
+        its catalog says, and the search."""
+        offered = tools
+        if self.catalog is not None:
+            self.catalog.update(tools)
+            offered = self.catalog.offered()
+        self.tools = {t.spec.name: t for t in offered}
         finish = ToolSpec(FINISH_TOOL, self.pack.finish_description, self.pack.finish_schema)
-        self.tool_defs = [t.spec.as_openai() for t in tools] + [finish.as_openai()]
+        self.tool_defs = [t.spec.as_openai() for t in offered] + [finish.as_openai()]
+        if self.catalog is not None:
+            self.tool_defs += [SEARCH.as_openai(), LOAD.as_openai()]
         if self._elided:  # outputs were elided: they can still be read back
             self.tool_defs.append(RECALL.as_openai())
 

@@ -19,6 +19,7 @@ from fabric.domain.errors import ToolError
 from fabric.domain.models import Message, ToolCall
 
 from .fitting import Fitting
+from .search import LOAD_TOOL, OWN, SEARCH_TOOL
 from .state import Stop, clip, describe, ms_since
 from .window import RECALL_TOOL
 
@@ -54,6 +55,7 @@ class ToolSteps(Fitting):
         artifact = None
         changes: list[FileChange] = []  # what this call changes in the workspace, if anything
         delegated: list[str] = []  # the sub-runs it started, if it delegates
+        added: dict[str, Any] = {}  # what fabric's conventions appended to its output
         try:
             if call.arguments is None:
                 if call.name == FINISH_TOOL:
@@ -67,12 +69,16 @@ class ToolSteps(Fitting):
                 output = await self._finish(call.id, call.arguments)
             elif call.name == RECALL_TOOL and self._elided:  # fabric's own: no policy applies
                 output = self._recall(call.arguments)
+            elif call.name in OWN and self.catalog is not None:  # fabric's own too
+                output = self._searched(call.name, call.arguments)
             else:
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
                 output = await self._run_tool(
                     call.name, call.id, call.arguments, changes, delegated
                 )
+                if self.pack.after_calls:
+                    output += await self._after_calls(call, added)
             ok, error = True, None
         except Stop:
             raise
@@ -83,7 +89,7 @@ class ToolSteps(Fitting):
             ok, error = False, {"code": "tool_crashed", "message": f"{type(exc).__name__}: {exc}"}
             output = f"error: the tool {clip(call.name)} failed: {type(exc).__name__}: {exc}"
         if call.arguments is not None:
-            if call.name not in (FINISH_TOOL, RECALL_TOOL):
+            if call.name not in (FINISH_TOOL, RECALL_TOOL) and not self._searching(call.name):
                 self.record.uses.append(ToolUse(call.name, call.arguments, ok, output))
             output += self._repeated(call.name, call.arguments, output)
         if len(output) > self.limits.tool_output_chars:
@@ -106,8 +112,44 @@ class ToolSteps(Fitting):
             result["changes"] = [change.as_json() for change in changes]
         if delegated:  # the sub-runs' own runlogs
             result["child_run_ids"] = list(delegated)
+        if added:
+            result["additions"] = added
         self.log.emit("tool_result", result)
         return {"role": "tool", "tool_call_id": call.id, "content": output}
+
+    async def _after_calls(self, call: ToolCall, added: dict[str, Any]) -> str:
+        """What the pack's after-call hooks append to the output of ``call``, which ran
+        (``Pack.after_calls``); what each says of it goes into ``added``. A hook that fails
+        adds nothing, and its error is recorded: the tool's own output stands."""
+        assert call.arguments is not None
+        ctx = dataclasses.replace(self.ctx, step=self.steps, call_id=call.id)
+        text = ""
+        for key, after_call in self.pack.after_calls.items():
+            try:
+                appended = await after_call(call.name, call.arguments, ctx)
+            except Exception as exc:  # fabric's own bug: the call's output still goes back
+                added[key] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
+            if appended is not None:
+                text += appended.text
+                added[key] = dict(appended.meta)
+        return text
+
+    def _searching(self, name: str) -> bool:
+        """Whether ``name`` is fabric's tool search in this run."""
+        return name in OWN and self.catalog is not None
+
+    def _searched(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """``search_tools`` or ``load_tools`` (ADR 0028). Loaded tools can be called at
+        once; their schemas are sent from the next request on."""
+        assert self.catalog is not None
+        if name == SEARCH_TOOL:
+            return self.catalog.search(arguments)
+        before = len(self.catalog.loaded)
+        output = self.catalog.load(arguments)
+        if len(self.catalog.loaded) > before:
+            self._offer(self.catalog.tools)
+        return output
 
     def _repeated(self, name: str, arguments: Mapping[str, Any], output: str) -> str:
         """A note for the model when it makes the call it just made and gets the same result:
@@ -156,6 +198,8 @@ class ToolSteps(Fitting):
         delegated: list[str],
     ) -> str:
         tool = self.tools.get(name)
+        if tool is None and self.catalog is not None:
+            raise self.catalog.refusal(name, [*self.tools, FINISH_TOOL, SEARCH_TOOL, LOAD_TOOL])
         if tool is None:
             raise ToolError(
                 f"unknown tool {clip(name)!r}",

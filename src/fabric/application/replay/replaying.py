@@ -22,6 +22,7 @@ from typing import Any
 from fabric.application.approvals import RecordedApprover
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, Kit
+from fabric.application.loop.search import recorded_settings
 from fabric.application.loop.window import recorded_window
 from fabric.application.pack import Pack
 from fabric.config.schema import Limits, SandboxSettings
@@ -77,13 +78,15 @@ async def replay(
     run_dir: Path | None = None,
     limits: Limits | None = None,
     sandbox: SandboxSettings | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> ReplayReport:
     """Re-drive the recorded run ``events`` with ``pack`` (as it is now) and report whether it
     went exactly as recorded. ``live`` runs the pack's real tools (in ``workspace``, which
     should then be a copy; ``kit.commands`` starts their processes); otherwise tools answer
     from the recording. ``kit.chat`` is not used: the recorded replies answer. ``limits``
     default to the recorded ones; the replay's ``run_started`` names the original in
-    ``replay_of``. ``events`` may be a ``Recording`` of them, read already."""
+    ``replay_of``, and holds ``meta`` too (what the additions found now). ``events`` may be
+    a ``Recording`` of them, read already."""
     recording = events if isinstance(events, Recording) else Recording(events)
     state = ReplayState()
     chat = ReplayChatClient(recording, state)
@@ -94,7 +97,13 @@ async def replay(
         tools, updates = offers.first(), offers
     verifiers = recorded_verifiers(recording, pack, state=state, live=live)
     brief = recorded_brief(recording)  # what the model was told then, not a new look
-    replay_pack = dataclasses.replace(pack, tools=tools, verifiers=verifiers, brief=brief)
+    replay_pack = dataclasses.replace(
+        pack,
+        tools=tools,
+        verifiers=verifiers,
+        brief=brief,
+        after_calls=pack.after_calls if live else {},  # recorded outputs hold what they added
+    )
     if limits is None:
         limits = Limits.model_validate(recording.limits)
     job = Job(
@@ -104,7 +113,8 @@ async def replay(
         workspace,
         limits,
         sandbox,
-        meta={"replay_of": recording.run_id},
+        meta={"replay_of": recording.run_id, **(meta or {})},
+        tool_search=recorded_settings(recording.started),  # it searches as the run did
     )
     window, reply = recorded_window(recording.started)
     replaying = dataclasses.replace(

@@ -35,7 +35,9 @@ from .packs import (
 from .plan import PlanSettings
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
+from .skills import SkillSettings
 from .telemetry import TelemetrySettings
+from .tool_search import ToolSearchSettings
 
 __all__ = [
     "AnthropicBackend",
@@ -60,8 +62,10 @@ __all__ = [
     "SandboxSettings",
     "SelectionSettings",
     "ServeSettings",
+    "SkillSettings",
     "TelemetrySettings",
     "Timeouts",
+    "ToolSearchSettings",
     "VerifySettings",
     "WebSearchSettings",
     "WebSettings",

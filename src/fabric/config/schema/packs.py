@@ -9,9 +9,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .base import KeyProblem, _Strict
+from .instructions import InstructionsSettings
 from .mcp import McpUse
 from .plan import PlanSettings
 from .sandbox import SandboxSettings
+from .skills import SkillSettings
+from .tool_search import ToolSearchSettings
 
 PACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,47}$")
 """A pack's name: it becomes part of tool names (``delegate_<pack>``, the MCP server's tools)
@@ -146,6 +149,21 @@ class PackSettings(BaseModel):
         description="Packs this pack may hand part of its task to: each becomes a tool "
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",
+    )
+    instructions: InstructionsSettings = Field(
+        default_factory=InstructionsSettings,
+        description="The workspace's AGENTS.md (its root's, and a subfolder's when a tool "
+        "call reaches into it) given to the model as the project's guidance (ADR 0026).",
+    )
+    tool_search: ToolSearchSettings = Field(
+        default_factory=ToolSearchSettings,
+        description="Above this many tools, the model searches them and loads what it needs "
+        "instead of getting every schema in every request: threshold, always, max_results.",
+    )
+    skills: SkillSettings = Field(
+        default_factory=SkillSettings,
+        description="Skills the pack's runs are offered: folders with a SKILL.md found in "
+        "configured folders and in the workspace (ADR 0027).",
     )
     plan: PlanSettings = Field(
         default_factory=PlanSettings,

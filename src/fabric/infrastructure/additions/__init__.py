@@ -28,7 +28,15 @@ def additions_for(where: Where) -> list[Addition]:
     """What the pack's settings turn on for a run in ``where.workspace``, in the order the
     model is told of them. Called in a worker thread: a convention may read files."""
     found: list[Addition] = []
-    if where.settings.plan.enabled:
+    if where.settings.instructions.enabled:  # the workspace's AGENTS.md (ADR 0026)
+        from .instructions import instructions
+
+        found.append(instructions(where))
+    if where.settings.skills.enabled:  # SKILL.md folders offered by name (ADR 0027)
+        from .skills import skills
+
+        found.append(skills(where))
+    if where.settings.plan.enabled:  # a checklist the model keeps (ADR 0029)
         from fabric.application.plan import plan_addition
 
         found.append(plan_addition(where.settings.plan))

@@ -17,10 +17,13 @@ def command_runner(
     workspace: Path,
     protected: tuple[Path, ...] = (),
     read_only: tuple[Path, ...] = (),
+    readable: tuple[Path, ...] = (),
 ) -> SandboxedCommands:
     """The runner for one run's commands; SandboxError when the pack's confinement cannot be
-    had on this machine (or cannot keep the ``read_only`` host code read-only)."""
-    return SandboxedCommands(backend_for(sandbox), sandbox, workspace, protected, read_only)
+    had on this machine (or cannot keep the ``read_only`` host code read-only). ``readable``:
+    folders outside the workspace its commands may read (the configured skill folders)."""
+    backend = backend_for(sandbox)
+    return SandboxedCommands(backend, sandbox, workspace, protected, read_only, readable)
 
 
 __all__ = [

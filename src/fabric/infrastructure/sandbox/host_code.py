@@ -6,9 +6,10 @@ Two kinds:
 
 - **fixed**, known from fabric's own start: the config file, the pack modules its builders
   name, the interpreter's folders (a virtualenv holding site-packages, ``*.pth`` files,
-  ``sitecustomize.py``), fabric's own source (an editable install) and every folder on the
+  ``sitecustomize.py``), fabric's own source (an editable install), every folder on the
   import path that is not the workspace itself (those are guarded instead, see
-  ``packs/import_guard.py``);
+  ``packs/import_guard.py``), and the packs' configured skill folders (instructions later
+  runs trust, ADR 0027);
 - **found** in the workspace when a run starts: virtualenvs (a folder holding ``pyvenv.cfg``)
   and git repositories' ``config``, ``config.worktree`` and ``hooks`` (``core.hooksPath``,
   ``core.fsmonitor``, aliases and hooks all start programs when the user next runs git
@@ -90,12 +91,16 @@ class HostCode:
 
 
 def host_code(
-    config_file: Path | None = None, base_dir: Path | None = None, modules: Iterable[str] = ()
+    config_file: Path | None = None,
+    base_dir: Path | None = None,
+    modules: Iterable[str] = (),
+    also: Iterable[Path] = (),
 ) -> HostCode:
     """The fixed host code of this process: ``config_file``, the top-level ``modules`` pack
     builders import from ``base_dir`` (the config folder), the interpreter's folders,
-    fabric's own source and the open folders of the import path."""
-    paths: list[Path] = []
+    fabric's own source and the open folders of the import path; and ``also`` (the packs'
+    configured skill folders, whose instructions later runs trust)."""
+    paths: list[Path] = list(also)
     if config_file is not None:
         paths.append(config_file)
     tops = {"fabric", "packs", *(module.split(".")[0] for module in modules)}
@@ -201,16 +206,19 @@ def _repository(gitdir: Path, tree: Path | None, root: Path, user: list[Setting]
             yield from _named_files(setting.value or "", tree, root)
 
 
-def _settings(config: Path, depth: int = 0) -> Iterator[Setting]:
+def _settings(config: Path, depth: int = 0, read: list[Path] | None = None) -> Iterator[Setting]:
     """The settings of ``config`` and of the files it includes (``include.path``, and
-    ``includeIf`` whatever its condition), an include naming the file's real path."""
+    ``includeIf`` whatever its condition), an include naming the file's real path. Each file
+    looked at is added to ``read``, when given."""
+    if read is not None:
+        read.append(config)
     for setting in parse(read_small(config) or "")[0]:
         if setting.section not in ("include", "includeif") or setting.name != "path":
             yield setting
         elif setting.value and depth < _INCLUDES:
             included = real(config.parent, setting.value)
             yield Setting("include", None, "path", str(included))
-            yield from _settings(included, depth + 1)
+            yield from _settings(included, depth + 1, read)
 
 
 def _named_files(value: str, tree: Path, root: Path) -> Iterator[Path]:
@@ -229,7 +237,11 @@ def _named_files(value: str, tree: Path, root: Path) -> Iterator[Path]:
 
 
 def _user_settings() -> list[Setting]:
-    """The user's own git settings (system and global), which apply in every repository."""
+    """The user's own git settings (system and global), which apply in every repository.
+    Parsed again only when one of the files they come from (an included one too) is not
+    as it was when they were last read: every run looks (``in_workspace``), and parsing
+    them costs more than the rest of that look."""
+    global _USER_SETTINGS
     files = []
     if os.environ.get("GIT_CONFIG_NOSYSTEM", "").lower() in ("", "0", "false", "no", "off"):
         files.append(Path(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"))
@@ -238,7 +250,29 @@ def _user_settings() -> list[Setting]:
     else:
         xdg = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
         files += [Path(xdg) / "git" / "config", Path.home() / ".gitconfig"]
-    return [setting for file in files for setting in _settings(file)]
+    kept = _USER_SETTINGS
+    if kept is not None and kept[0] == files and all(_state(p) == was for p, was in kept[1]):
+        return kept[2]
+    read: list[Path] = []
+    states = [(p, _state(p)) for p in files]  # taken first: a change while parsing is seen
+    settings = [setting for file in files for setting in _settings(file, read=read)]
+    states += [(p, _state(p)) for p in read if p not in files]  # the included files
+    _USER_SETTINGS = (files, states, settings)
+    return settings
+
+
+_USER_SETTINGS: tuple[list[Path], list[tuple[Path, object]], list[Setting]] | None = None
+"""The user's git settings as last read: the files named, each file read with its state then
+(``_state``), and the settings."""
+
+
+def _state(path: Path) -> object:
+    """What tells whether a file changed: its inode, size and times (None: no such file)."""
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _subfolders(folder: Path) -> list[Path]:

@@ -66,6 +66,7 @@ def bwrap_args(
     read_only: Sequence[Path] = (),
     seccomp_fd: str = "{seccomp_fd}",
     chdir: Path | None = None,
+    readable: Sequence[Path] = (),
 ) -> list[str]:
     """The bubblewrap command line: read-only host, private /tmp, /run, /var/tmp and
     /dev/shm, the workspace bound read-write, hidden paths covered, new namespaces (the
@@ -76,7 +77,9 @@ def bwrap_args(
     ``read_only`` paths inside the workspace (host code, see ``host_code.py``) are bound
     read-only, and the folders between them and the workspace onto themselves (pinned).
     ``chdir``: where the command starts (default: the workspace), e.g. an MCP server's own
-    folder."""
+    folder. ``readable``: folders outside the workspace the command may read wherever they
+    are, one of the private folders included (the configured skill folders), bound
+    read-only; hidden paths below them stay covered."""
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for name in _PROC_READ_ONLY:
         if Path("/proc", name).exists():
@@ -86,6 +89,9 @@ def bwrap_args(
             args += ["--tmpfs", place]
     for folder in _exposed(programs, workspace):
         args += ["--ro-bind", folder, folder]
+    for path in readable:
+        if not inside(path, workspace) and path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(workspace), str(workspace)]
     for pinned in pins(read_only, workspace):
         args += ["--bind", str(pinned), str(pinned)]

@@ -102,10 +102,13 @@ def launch_argv(
     search_path: str = "",
     read_only: Sequence[Path] = (),
     chdir: Path | None = None,
+    readable: Sequence[Path] = (),
 ) -> list[str]:
     """The launcher's command line for ``command`` under ``backend`` (``search_path``: the
     command's PATH, whose folders must stay visible; ``read_only``: host code inside the
-    workspace; ``chdir``: where it starts under bubblewrap, default the workspace)."""
+    workspace; ``chdir``: where it starts under bubblewrap, default the workspace;
+    ``readable``: folders outside the workspace it may read, see ``bwrap_args``; Landlock
+    lets commands read every place that is not hidden anyway)."""
     spec: dict[str, Any] = {
         "mode": backend.name,
         "limits": rlimits(sandbox),
@@ -126,6 +129,7 @@ def launch_argv(
             programs=[command[0], *search_path.split(os.pathsep)],
             read_only=read_only,
             chdir=chdir,
+            readable=readable,
         )
     else:
         spec["argv"] = list(command)
@@ -156,6 +160,9 @@ class SandboxedCommands:
     for every command, so a folder created or deleted during the run is handled."""
     read_only: tuple[Path, ...] = ()
     """Host code inside the workspace, as found when the run started (``host_code.py``)."""
+    readable: tuple[Path, ...] = ()
+    """Folders outside the workspace commands may read: the pack's configured skill folders
+    (ADR 0027), bound read-only where the backend would otherwise hide them (/tmp)."""
     unaudited: bool = False
     """A command started whose git audit has not run (it was cut short): the run's end
     audits then (``compose.Runner``)."""
@@ -204,6 +211,7 @@ class SandboxedCommands:
                 cgroups=group.procs_files if group else [],
                 search_path=env.get("PATH", ""),
                 read_only=[p for p in self.read_only if os.path.lexists(p)],
+                readable=self.readable,
             )
             child_env = dict(env)
             if self.backend.name != "bwrap":

@@ -24,6 +24,7 @@ from .mcp_cmd import mcp_app
 from .options import BackendOpt, ConfigOpt, JsonOpt
 from .pack_cmd import init, pack_app
 from .run_cmd import resume, run
+from .skills_cmd import skills
 from .startup import fail, load, output_secrets, read_run, redact_output, say
 from .worker import worker
 
@@ -79,6 +80,7 @@ def packs(
 
 app.command()(init)
 app.add_typer(pack_app, name="pack")
+app.command()(skills)
 
 
 @app.command()

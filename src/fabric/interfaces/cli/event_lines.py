@@ -77,6 +77,7 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
             f"model {event.get('model') or '(none)'}{_confinement(event.get('confinement'))}"
             f"{' · durable' if event.get('durable') else ''}{_delegated_by(event)}\n"
             f"task: {_first_line(str(event.get('task', '')), 200)}"
+            f"{_instructions(event, chr(10))}{_skills(event)}"
         )
     if kind == "llm_request":
         changed = event.get("tools_changed")
@@ -128,6 +129,7 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
         runs = ", ".join(str(r) for r in event.get("child_run_ids") or ())
         if runs:  # a delegation: where its own log is
             outcome += f" · run {runs}"
+        outcome += _instructions(event, " · ")
         return f"{head.rstrip()}  → {outcome}"
     if kind == "context_compacted":
         elided = event.get("elided") or ()
@@ -182,6 +184,50 @@ def _verification(event: Mapping[str, Any]) -> str | None:
         shown = evidence.splitlines()[:12]
         line += "".join(f"\n             {_first_line(s, 110)}" for s in shown)
     return line
+
+
+def _instructions(event: Mapping[str, Any], before: str) -> str:
+    """``instructions: AGENTS.md (812 chars)``: the workspace's instructions a run or a tool
+    call's output was given, and those skipped (ADR 0026); nothing when there are none."""
+    meta = (event.get("additions") or {}).get("instructions")
+    if not isinstance(meta, Mapping):
+        return ""
+    parts = [
+        f"{_plain(g.get('path'))} ({g.get('chars', 0):,} chars{', cut' if g.get('cut') else ''})"
+        for g in meta.get("given") or ()
+        if isinstance(g, Mapping)
+    ]
+    parts += [
+        f"{_plain(s.get('path'))} skipped: {_plain(s.get('why'))}"
+        for s in meta.get("skipped") or ()
+        if isinstance(s, Mapping)
+    ]
+    return f"{before}instructions: {'; '.join(parts)}" if parts else ""
+
+
+def _skills(event: Mapping[str, Any]) -> str:
+    """``skills: house-style, regen-table (workspace) · skipped: .agents/skills/broken``: the
+    skills a run was offered and the folders skipped (ADR 0027); nothing when there are none."""
+    meta = (event.get("additions") or {}).get("skills")
+    if not isinstance(meta, Mapping):
+        return ""
+    offered = [o for o in meta.get("offered") or () if isinstance(o, Mapping)]
+    skipped = [_plain(s.get("folder")) for s in meta.get("skipped") or () if isinstance(s, Mapping)]
+    names = [
+        f"{_plain(o.get('name'))}{' (workspace)' if o.get('source') == 'workspace' else ''}"
+        for o in offered
+    ]
+    parts = [", ".join(names)] if names else []
+    if skipped:
+        more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+        parts.append(f"skipped: {', '.join(skipped[:3])}{more}")
+    return f"\nskills: {' · '.join(parts)}" if parts else ""
+
+
+def _plain(value: Any) -> str:
+    """A name from the workspace on one line, with no control characters for the terminal."""
+    text = _first_line(str(value), 80) if value is not None else "?"
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def _plan(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str:
