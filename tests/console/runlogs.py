@@ -142,8 +142,9 @@ def hostile(where: str) -> str:
 def hostile_run(run_id: str = "r-<img src=x onerror=alert(9)>/../..") -> list[dict[str, Any]]:
     """A finished run with the payloads in every text a page shows: pack, task, model output,
     tool names, arguments and file names, tool output, error messages and hints, changes
-    (paths and diff lines), policy rules, verification evidence, retries, the final payload
-    (keys and values) and its schema, and ``javascript:`` URLs where ids and artifacts go."""
+    (paths and diff lines), policy rules, verification evidence, retries, a plan's steps and
+    why, the final payload (keys and values) and its schema, and ``javascript:`` URLs where ids
+    and artifacts go."""
     log = Log(run_id)
     schema = {
         "type": "object",
@@ -207,6 +208,18 @@ def hostile_run(run_id: str = "r-<img src=x onerror=alert(9)>/../..") -> list[di
         duration_ms=0.1, error={"code": "tool_error", "message": hostile("tool error"),
                                 "hint": hostile("tool hint")},
     )  # fmt: skip
+    ids3 = {"step": 2, "call_id": "c3"}
+    plan = [
+        {"step": hostile("plan step"), "status": "in_progress"},
+        {"step": "x", "status": "done"},
+    ]
+    log.emit("tool_call", **ids3, name="update_plan", arguments={"items": plan})
+    log.emit(
+        "plan", **ids3, items=plan, counts={"pending": 0, "in_progress": 1, "done": 1},
+        explanation=hostile("plan why"),
+    )  # fmt: skip
+    log.emit("tool_result", **ids3, name="update_plan", ok=True, output="Plan saved.",
+             duration_ms=0.1)  # fmt: skip
     log.emit("nudge", step=2, message=hostile("nudge"))
     log.emit(
         "verification", step=2, call_id="c2", check=hostile("check"), ok=False,
@@ -261,6 +274,8 @@ PLACES = {
     "required key": ".payload td.field",
     "run error": ".run-error .error-message",
     "run hint": ".run-error .hint-text",
+    "plan step": ".item.call .plan-step",
+    "plan why": ".tl-summary .plan-why-text",
 }
 # Shown only once their <details> is opened.
 FOLDED = {"system prompt": ".item.started details", "request": ".item.step details",

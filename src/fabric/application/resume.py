@@ -64,6 +64,7 @@ _STEP_KINDS = {
     "verification",
     "nudge",
     "context_compacted",
+    "plan",
 }
 """Events of a step: those of the re-driven steps are in the log already."""
 

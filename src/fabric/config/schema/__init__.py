@@ -33,6 +33,7 @@ from .packs import (
     VerifySettings,
     pack_name_problem,
 )
+from .plan import PlanSettings
 from .sandbox import ResourceLimits, SandboxSettings, WebSearchSettings, WebSettings
 from .serve import ServeSettings
 from .skills import SkillSettings
@@ -56,6 +57,7 @@ __all__ = [
     "OllamaBackend",
     "OpenAIBackend",
     "PackSettings",
+    "PlanSettings",
     "RawPackSection",
     "ResourceLimits",
     "RetrySettings",

@@ -12,6 +12,7 @@ from .base import KeyProblem, _Strict
 from .instructions import InstructionsSettings
 from .mcp import McpUse
 from .memory import MemorySettings
+from .plan import PlanSettings
 from .sandbox import SandboxSettings
 from .skills import SkillSettings
 from .tool_search import ToolSearchSettings
@@ -170,6 +171,11 @@ class PackSettings(BaseModel):
         default_factory=SkillSettings,
         description="Skills the pack's runs are offered: folders with a SKILL.md found in "
         "configured folders and in the workspace (ADR 0027).",
+    )
+    plan: PlanSettings = Field(
+        default_factory=PlanSettings,
+        description="A checklist the model keeps with update_plan while it works (off by "
+        "default): enabled, max_items, item_chars.",
     )
 
     def unusable(self) -> list[KeyProblem]:

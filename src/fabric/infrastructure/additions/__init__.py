@@ -46,6 +46,10 @@ def additions_for(where: Where) -> list[Addition]:
         from .skills import skills
 
         found.append(skills(where))
+    if where.settings.plan.enabled:  # a checklist the model keeps (ADR 0029)
+        from fabric.application.plan import plan_addition
+
+        found.append(plan_addition(where.settings.plan))
     if where.settings.memory.enabled:
         from .memory import memory_addition
 
@@ -57,6 +61,8 @@ def added_tool_names(settings: PackSettings) -> list[str]:
     """The names of the tools the pack's settings turn conventions on for, known without
     setting them up: a policy rule may name them (``pack_checks``)."""
     names: list[str] = []
+    if settings.plan.enabled:
+        names.append("update_plan")
     if settings.memory.enabled:
         names += ["remember", "search_memory"]
     return names

@@ -31,6 +31,7 @@ _EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "brief": ("duration_ms", "room_chars"),
     "nudge": (),
     "context_compacted": ("window", "tokens_before", "tokens_after"),
+    "plan": ("call_id", "counts"),
 }
 """The runlog events kept as span events, with the fields that say what happened."""
 _EVENT_CONTENT: dict[str, tuple[str, ...]] = {
@@ -38,6 +39,7 @@ _EVENT_CONTENT: dict[str, tuple[str, ...]] = {
     "nudge": ("message",),
     "brief": ("text",),
     "approval_requested": ("arguments",),
+    "plan": ("items", "explanation"),
 }
 """Their fields that are content, kept only when content is captured."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -29,8 +29,13 @@ from .shell import scrubbed_env
 AUTO = "auto"
 """``verify.command: auto``: the project's pytest tests, when the workspace has any."""
 AUTO_COMMAND = "python -m pytest -q -x -p no:cacheprovider"
-READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "search_files", "web_search", "fetch_url"})
-"""Library tools that change nothing: a run that used only these has nothing to verify."""
+PLAN_TOOL = "update_plan"
+"""The model's own checklist (``application/plan.py``, imported only by a run that has it)."""
+READ_ONLY_TOOLS = frozenset(
+    {"read_file", "list_files", "search_files", "web_search", "fetch_url", PLAN_TOOL}
+)
+"""Tools that change nothing (the library's readers, and the plan): a run that used only
+these has nothing to verify."""
 EVIDENCE_CHARS = 4_000
 _NO_TESTS_COLLECTED = 5  # pytest's exit code when it found no tests
 
@@ -295,7 +300,9 @@ class SeenFigures:
         stated = figures(text) if isinstance(text, str) else []
         if not stated:
             return None  # nothing checkable claimed
-        known = backed([record.task, record.brief, *(use.output for use in record.uses)])
+        # the plan's answer repeats the model's own words: no evidence of anything
+        seen = (use.output for use in record.uses if use.name != PLAN_TOOL)
+        known = backed([record.task, record.brief, *seen])
         missing = [f for f in stated if f.key not in known]
         if missing:
             lines = _listed(

@@ -10,9 +10,14 @@ from typing import Any
 from .policy_lines import POLICY_KINDS, describe_policy
 
 _ARG_CHARS = 70
+_LINE_CHARS = 120
+"""A line that would be longer is written as several (a plan: one step a line)."""
+_INDENT = "\n             "
 _BUDGET = "\0budget"
 """Where ``pending`` keeps the run's budget (from ``run_started``)."""
 _FROM_TEXT = "\0from_text"
+_PLAN = "\0plan"
+"""Where ``pending`` keeps the last plan shown, and (``_PLAN`` + call id) each call's plan."""
 
 
 def short_args(arguments: Any) -> str:
@@ -109,6 +114,8 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
         return None
     if kind == "tool_result":
         call = pending.pop(event["call_id"], {})
+        if pending.pop(_PLAN + str(event["call_id"]), None) is not None and event.get("ok"):
+            return None  # an update_plan whose plan line said it
         head = f"  step {event['step']:>2}  {event['name']} {short_args(call.get('arguments', ''))}"
         if pending.get(_FROM_TEXT, {}).get("step") == event["step"]:
             head += " (read from text)"
@@ -136,6 +143,8 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
             f"{event.get('window', 0):,}-token window (about {event.get('tokens_before', 0):,}"
             f" → {event.get('tokens_after', 0):,} tokens)"
         )
+    if kind == "plan":
+        return _plan(event, pending)
     if kind == "nudge":
         return f"  step {event['step']:>2}  (no tool called; asked the model to continue)"
     if kind == "verification":
@@ -224,6 +233,30 @@ def _plain(value: Any) -> str:
     """A name from the workspace on one line, with no control characters for the terminal."""
     text = _first_line(str(value), 80) if value is not None else "?"
     return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def _plan(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str:
+    """``  step  3  plan (1/3 done): [x] read the test  [>] fix parse()  [ ] run tests``, one
+    step a line when that is too long; ``unchanged`` when it is the plan shown before."""
+    from fabric.application.plan import MARKS  # only for a run that keeps a plan
+
+    items = [i for i in event.get("items") or () if isinstance(i, Mapping)]
+    done = sum(1 for i in items if i.get("status") == "done")
+    head = f"  step {event.get('step', 0):>2}  plan ({done}/{len(items)} done):"
+    before = pending.get(_PLAN)
+    pending[_PLAN] = pending[_PLAN + str(event.get("call_id"))] = event
+    if before is not None and before.get("items") == event.get("items"):
+        return f"{head} unchanged"
+    steps = [
+        f"{MARKS.get(str(i.get('status')), '[?]')} {_first_line(str(i.get('step', '')), 100)}"
+        for i in items
+    ]
+    line = f"{head} {'  '.join(steps)}"
+    if len(line) > _LINE_CHARS:
+        line = head + "".join(_INDENT + s for s in steps)
+    if event.get("explanation"):
+        line += f"{_INDENT}why: {_first_line(str(event['explanation']), 100)}"
+    return line
 
 
 def _delegated_by(started: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ const DIFF_OPEN_LINES = 80;
 export const KINDS = [
   "run_started", "llm_request", "llm_response", "llm_retry", "llm_fallback", "tool_call",
   "policy_decision", "approval_requested", "approval", "tool_result", "brief", "nudge",
-  "verification", "run_resumed", "run_finished",
+  "verification", "plan", "run_resumed", "run_finished",
 ];
 
 // ---------------------------------------------------------------- DOM helpers
@@ -175,6 +175,26 @@ export function diffClass(line) {
   return "d-ctx";
 }
 
+// ---------------------------------------------------------------- the plan
+
+const PLAN_MARKS = { done: "[x]", in_progress: "[>]", pending: "[ ]" };
+
+/** A plan event's checklist (ADR 0029): "1/3 done", then one line a step with its mark. */
+export function planBlock(event) {
+  const items = Array.isArray(event.items) ? event.items : [];
+  const done = items.filter((i) => i && i.status === "done").length;
+  return h("div", { class: "plan" },
+    h("div", { class: "plan-head" }, `plan: ${fmtInt(done)}/${fmtInt(items.length)} done`),
+    h("ol", { class: "plan-items" }, items.map((item) => {
+      const it = item && typeof item === "object" ? item : {};
+      const status = Object.prototype.hasOwnProperty.call(PLAN_MARKS, it.status) ? it.status : "unknown";
+      return h("li", { class: `plan-item plan-${status}`, title: status },
+        h("span", { class: "plan-mark" }, PLAN_MARKS[status] || "[?]"), " ",
+        h("span", { class: "plan-step" }, asText(it.step)));
+    })),
+    event.explanation ? h("div", { class: "plan-why" }, "why: ", h("span", { class: "plan-why-text" }, asText(event.explanation))) : null);
+}
+
 function changesBlock(changes) {
   if (!Array.isArray(changes) || !changes.length) return null;
   return h("div", { class: "changes" }, changes.map((change) => {
@@ -268,6 +288,7 @@ export class Timeline {
     this.started = null;
     this.finished = null;
     this.resumes = [];
+    this.plan = null;
     this.liveStatus = null;
     this.shown = 0;
     this.limit = this.pageSize;
@@ -395,6 +416,10 @@ export class Timeline {
       case "tool_result":
         at(this.callItem(event)).result = event;
         break;
+      case "plan":
+        this.plan = event;
+        at(this.callItem(event)).plan = event;
+        break;
       case "run_resumed":
         this.segment += 1;
         this.resumes.push(event);
@@ -512,6 +537,7 @@ export class Timeline {
         s.parent_run_id ? h("div", null, h("dt", null, "parent run"), h("dd", null, this.runLink(s.parent_run_id, "parent-link"))) : null,
         s.replay_of ? h("div", null, h("dt", null, "replay of"), h("dd", null, this.runLink(s.replay_of, "replay-of-link"))) : null,
         this.resumes.length ? fact("resumed", `${this.resumes.length} time(s)`) : null),
+      this.plan ? h("div", { class: "current-plan" }, planBlock(this.plan)) : null,
       end ? errorBlock(end.error, "error run-error") : null);
     if (end && end.payload !== null && end.payload !== undefined) {
       put(box, h("div", { class: "final" },
@@ -618,7 +644,7 @@ const renderers = {
         verdict ? [" ", badge(verdict, `verdict verdict-${verdict.replace(/[^a-z]/g, "")}`)] : null,
         " ", badge(state === "waiting" ? "waiting for approval" : state, `state state-${state}`),
         result ? [" ", h("span", { class: "duration" }, fmtMs(result.duration_ms))] : null),
-      item.call ? argumentsBlock(item.call.arguments) : null);
+      item.plan ? planBlock(item.plan) : item.call ? argumentsBlock(item.call.arguments) : null);
     if (item.policy && (item.policy.rule || verdict !== "allow")) {
       put(node, h("div", { class: "policy" }, "policy: ", asText(item.policy.reason ?? ""),
         item.policy.rule ? [" — rule ", h("code", { class: "rule" }, asText(item.policy.rule))] : null));
@@ -638,7 +664,8 @@ const renderers = {
     if (result) {
       const err = result.ok ? null : errorBlock(result.error);
       if (err) put(node, err);
-      if (result.ok || !err) put(node, textBlock(result.output, "output", { artifact: tl.artifactLink(result.artifact) }));
+      if (item.plan && result.ok) put(node, lazyDetails("what the model was told", () => textBlock(result.output, "output"), { key: "told" }));
+      else if (result.ok || !err) put(node, textBlock(result.output, "output", { artifact: tl.artifactLink(result.artifact) }));
       if (result.artifact && asText(result.output).length <= BIG_OUTPUT) put(node, tl.artifactLink(result.artifact));
       put(node, changesBlock(result.changes));
     }
