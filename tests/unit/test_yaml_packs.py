@@ -180,7 +180,37 @@ def test_the_wiring_problems_of_a_pack_are_all_told_at_once(tmp_path: Path) -> N
     assert f"{config}:10: packs.p.sandbox.policy.rules[0].tool: pack 'p' has no tool " \
            "'write_file'" in message  # fmt: skip
     assert "add it under mcp_servers:" in message
-    assert "its tools: read_file, finish_task" in message
+    assert "its tools: read_file, finish_task, load_skill" in message  # skills are on
+
+
+def test_a_packs_own_tool_may_not_take_the_name_of_one_a_convention_adds(
+    tmp_path: Path,
+) -> None:
+    """update_plan is the plan's (ADR 0029) when plan is on: a pack's own tool of that name is
+    told at load, at its key, rather than failing each run as a tool declared twice."""
+    (tmp_path / "planner_pack.py").write_text(
+        "from fabric.sdk import FunctionTool, Pack\n"
+        "def update_plan(items: str) -> str:\n"
+        '    """Keep a plan of my own."""\n'
+        "    return items\n"
+        "def build(settings):\n"
+        "    return Pack(name='p', description='', system_prompt='x',\n"
+        "                tools=[FunctionTool(update_plan)], finish_schema={'type': 'object'})\n"
+    )
+    config = write(
+        tmp_path,
+        """\
+        packs:
+          p:
+            builder: planner_pack:build
+            plan: {enabled: true}
+        """,
+    )
+    message = message_of(config)
+    assert f"{config}:4: packs.p.plan: pack 'p' has a tool of its own named 'update_plan', " \
+           "which plan adds to every run too" in message  # fmt: skip
+    assert "set plan.enabled: false for the pack" in message
+    assert check_pack(load_config(config), "p")  # --check says so too
 
 
 # --- the YAML `fabric pack new` adds --------------------------------------------------------

@@ -57,12 +57,16 @@ def additions_for(where: Where) -> list[Addition]:
     return found
 
 
-def added_tool_names(settings: PackSettings) -> list[str]:
-    """The names of the tools the pack's settings turn conventions on for, known without
-    setting them up: a policy rule may name them (``pack_checks``)."""
-    names: list[str] = []
+def added_tools(settings: PackSettings) -> dict[str, str]:
+    """The tools the pack's settings turn conventions on for, known without setting them up,
+    each with the key of ``PackSettings`` that adds it: a policy rule may name them, and a
+    pack's own tool must not have their names (``pack_checks``). ``load_skill`` comes only
+    when a run finds a skill, but its name is kept for it whenever skills are on."""
+    names: dict[str, str] = {}
+    if settings.skills.enabled:
+        names["load_skill"] = "skills"
     if settings.plan.enabled:
-        names.append("update_plan")
+        names["update_plan"] = "plan"
     if settings.memory.enabled:
-        names += ["remember", "search_memory"]
+        names |= {"remember": "memory", "search_memory": "memory"}
     return names

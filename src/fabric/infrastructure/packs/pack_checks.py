@@ -15,7 +15,7 @@ from fabric.application.pack import Pack
 from fabric.config.loader import LoadedConfig, validation_error
 from fabric.config.schema import PackSettings
 from fabric.domain.errors import ConfigError, FabricError, PackError
-from fabric.infrastructure.additions import added_tool_names
+from fabric.infrastructure.additions import added_tools
 
 if TYPE_CHECKING:
     from .entry_points import InstalledPack
@@ -74,7 +74,11 @@ def model_key_problem(place: Place, settings: PackSettings) -> PackError | None:
 def pack_problems(place: Place, pack: Pack, settings: PackSettings) -> list[PackError]:
     """What is wrong with a built pack's wiring: MCP servers the config does not declare,
     policy rules for tools the pack does not have."""
-    return [*_mcp_problems(place, settings), *_policy_problems(place, pack, settings)]
+    return [
+        *_mcp_problems(place, settings),
+        *_clashes(place, pack, settings),
+        *_policy_problems(place, pack, settings),
+    ]
 
 
 def _mcp_problems(place: Place, settings: PackSettings) -> Iterator[PackError]:
@@ -89,11 +93,24 @@ def _mcp_problems(place: Place, settings: PackSettings) -> Iterator[PackError]:
             )
 
 
+def _clashes(place: Place, pack: Pack, settings: PackSettings) -> Iterator[PackError]:
+    """A tool of the pack's own named like one a convention it has on adds (ADR 0025)."""
+    added = added_tools(settings)
+    for name in pack.tool_names():
+        key = added.get(name)
+        if key is not None:
+            yield PackError(
+                f"{place.at(key)}: pack {place.name!r} has a tool of its own named {name!r}, "
+                f"which {key} adds to every run too",
+                hint=f"rename the pack's tool, or set {key}.enabled: false for the pack",
+            )
+
+
 def _policy_problems(place: Place, pack: Pack, settings: PackSettings) -> Iterator[PackError]:
     """A policy rule for a tool the pack does not have would never match: a misspelt name
     must not silently turn an intended ``deny`` into the default."""
     tools = [*pack.tool_names(), *(f"{PREFIX}{d}" for d in settings.delegates)]
-    tools += added_tool_names(settings)  # fabric's conventions' tools (ADR 0025)
+    tools += added_tools(settings)  # fabric's conventions' tools (ADR 0025)
     servers = tuple(f"{use.server}__" for use in settings.mcp)  # their tools: known per run
     for index, rule in enumerate(settings.sandbox.policy.rules):
         if rule.tool not in tools and not rule.tool.startswith(servers or ("\0",)):

@@ -17,7 +17,7 @@ const DIFF_OPEN_LINES = 80;
 export const KINDS = [
   "run_started", "llm_request", "llm_response", "llm_retry", "llm_fallback", "tool_call",
   "policy_decision", "approval_requested", "approval", "tool_result", "brief", "nudge",
-  "verification", "plan", "run_resumed", "run_finished",
+  "context_compacted", "verification", "plan", "memory", "run_resumed", "run_finished",
 ];
 
 // ---------------------------------------------------------------- DOM helpers
