@@ -71,6 +71,14 @@ class LoadedConfig:
         layer = next((la for la in self.origins.layers if la.name == self.source), None)
         return "" if layer is None or layer.text is None else layer.text
 
+    def pack_name(self, pack: str | None = None) -> str:
+        """``pack``, else the config's ``default_pack``, else its first pack: the pack a
+        command that takes one works with. ConfigError when the config declares none."""
+        name = pack or self.config.default_pack or next(iter(self.config.packs), None)
+        if name is None:
+            raise ConfigError("the config declares no packs", hint="add one under 'packs:'")
+        return name
+
     def where(self, *loc: str | int) -> str:
         """``file:line`` of the key at ``loc`` (or the variable or option that set it; just
         the file when no line is known)."""

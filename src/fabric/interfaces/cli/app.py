@@ -102,12 +102,8 @@ def models(
     from .models_view import print_models
 
     loaded = load(config, as_json)
-    name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
-    if name is None:
-        fail(ConfigError("the config declares no packs", hint="add one under 'packs:'"),
-              as_json=as_json, code=2)  # fmt: skip
     try:
-        report = asyncio.run(gather(loaded, name, backend, on_status=say))
+        report = asyncio.run(gather(loaded, loaded.pack_name(pack), backend, on_status=say))
     except ConfigError as exc:
         fail(exc, as_json=as_json, code=2)
     if as_json:

@@ -39,16 +39,13 @@ def skills(
     """List the skills a run would be offered (name, description, where from) and the folders
     skipped, with why: the pack's configured skill folders and the workspace's .agents/skills."""
     from fabric.application.workspaces import check_workspace
-    from fabric.domain.errors import ConfigError, FabricError
+    from fabric.domain.errors import FabricError
     from fabric.infrastructure.additions.skill_folders import find_skills
     from fabric.infrastructure.packs.registry import load_pack
 
     loaded = load(config, as_json)
-    name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
-    if name is None:
-        fail(ConfigError("the config declares no packs", hint="add one under 'packs:'"),
-             as_json=as_json, code=2)  # fmt: skip
     try:
+        name = loaded.pack_name(pack)
         settings = load_pack(loaded, name).settings.skills
         folder = check_workspace(workspace, loaded, runs_dir=loaded.runs_dir)
         found = find_skills(settings, folder, loaded.base_dir, loaded.runs_dir)

@@ -283,10 +283,7 @@ def create_app(
     async def models(pack: str | None = None) -> dict[str, Any]:
         from fabric.interfaces.models_report import gather
 
-        name = pack or loaded.config.default_pack or next(iter(loaded.config.packs), None)
-        if name is None:
-            raise ConfigError("the config declares no packs")
-        report = await gather(loaded, name, None)
+        report = await gather(loaded, loaded.pack_name(pack), None)
         await asyncio.to_thread(index.scan)
         report["measured"] = index.measured()
         return report
@@ -297,11 +294,8 @@ def create_app(
 
     @app.get("/readyz", summary="Ready: the default pack's model backend answers")
     async def readyz() -> JSONResponse:
-        name = loaded.config.default_pack or next(iter(loaded.config.packs), None)
-        if name is None:
-            return error_response(503, "not_ready", "the config declares no packs")
         try:
-            chosen = await runner.resolve(name, fresh=True)
+            chosen = await runner.resolve(loaded.pack_name(), fresh=True)
         except FabricError as exc:
             return error_response(503, "not_ready", exc.message, {"hint": exc.hint})
         return JSONResponse({"status": "ready", "backend": chosen.backend, "model": chosen.model})
