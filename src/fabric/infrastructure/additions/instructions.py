@@ -30,6 +30,7 @@ from fabric.application.instructions import (
     touched_folders,
 )
 from fabric.application.pack import Appended
+from fabric.application.paths import resolved
 from fabric.domain.errors import SandboxError, ToolError
 from fabric.domain.policy import decide
 from fabric.infrastructure.tools.workspace import Workspace
@@ -43,7 +44,8 @@ def instructions(where: Where) -> Addition:
     """The root's instructions for a run in ``where.workspace`` and, with ``nested``, the
     hook that gives the subfolders' as the run reaches into them."""
     settings = where.settings.instructions
-    ctx = ToolContext("", where.workspace, where.settings.sandbox)
+    protected = tuple(map(resolved, where.protected))  # as the run's tools compare them
+    ctx = ToolContext("", where.workspace, where.settings.sandbox, protected)
     found = _look(ctx, "", settings.files, settings.max_chars)
     root = found if isinstance(found, Given) else None
     meta = {
