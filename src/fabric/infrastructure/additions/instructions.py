@@ -44,9 +44,7 @@ def instructions(where: Where) -> Addition:
     """The root's instructions for a run in ``where.workspace`` and, with ``nested``, the
     hook that gives the subfolders' as the run reaches into them."""
     settings = where.settings.instructions
-    protected = tuple(map(resolved, where.protected))  # as the run's tools compare them
-    ctx = ToolContext("", where.workspace, where.settings.sandbox, protected)
-    found = _look(ctx, "", settings.files, settings.max_chars)
+    found = _root(where)
     root = found if isinstance(found, Given) else None
     meta = {
         "given": [root.meta()] if root is not None else [],
@@ -54,6 +52,17 @@ def instructions(where: Where) -> Addition:
         "nested": settings.nested,
     }
     return _addition(where, root, meta, used=len(root.text) if root else 0, folders={""})
+
+
+def _root(where: Where) -> Given | Skipped | None:
+    """The root's instructions, or why not: a stat a file name when there are none; the
+    protected places resolved (as the run's tools compare them) only when there is one."""
+    settings = where.settings.instructions
+    if not any(os.path.lexists(where.workspace / name) for name in settings.files):
+        return None
+    protected = tuple(map(resolved, where.protected))
+    ctx = ToolContext("", where.workspace, where.settings.sandbox, protected)
+    return _look(ctx, "", settings.files, settings.max_chars)
 
 
 def _addition(
