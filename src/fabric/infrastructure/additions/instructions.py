@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabric.application.additions import Addition
+from fabric.application.additions import Addition, started_in
 from fabric.application.context import ToolContext
 from fabric.application.instructions import (
     NAME,
@@ -90,7 +90,7 @@ def _restored(where: Where, events: Sequence[Mapping[str, Any]]) -> Addition:
     """The instructions as the recorded run had them: the root's from its recorded system
     prompt (the file may have changed since; read now when it cannot be found there), the
     subfolders it was given not given again."""
-    started = next((e for e in events if e.get("kind") == "run_started"), {})
+    started = started_in(events)
     meta = recorded_meta(started)
     root = None
     for entry in given_entries(meta):
