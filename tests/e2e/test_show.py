@@ -137,7 +137,7 @@ def test_nothing_a_run_recorded_drives_the_terminal(tmp_path: Path) -> None:
     escape = "\x1b]8;;http://evil.example\x07click\x1b]8;;\x07 \u202eevil"
     log.emit(
         "llm_response",
-        {"step": 1, "message": {"role": "assistant", "content": f"thinking {escape}"},
+        {"step": 1, "message": {"role": "assistant", "content": f"thinking\t{escape}"},
          "usage": USAGE},
     )  # fmt: skip
     plan = [{"step": f"read {escape}", "status": "in_progress"}]

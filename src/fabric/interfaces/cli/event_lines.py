@@ -78,9 +78,10 @@ def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any
 def for_terminal(text: str) -> str:
     """``text`` with every character a terminal would act on or hide (escape sequences,
     other control characters, bidirectional and zero-width ones) written as '?', line breaks
-    kept."""
+    kept and tabs made spaces."""
     if text.replace("\n", "").isprintable():
         return text
+    text = text.replace("\t", " ")
     return "".join(c if c.isprintable() or c == "\n" else "?" for c in text)
 
 
