@@ -114,3 +114,13 @@ def test_unknown_ids_and_a_missing_store_are_said_clearly(project: Path) -> None
     code, out, err = fabric(project, "memory", "delete", "1", "7", "9", "--yes", "--json")
     assert code == 2 and json.loads(out)["error"]["message"].startswith("no memory with id 7, 9")
     assert MemoryStore(project / "data" / "memory.sqlite3").count("/x") == 1  # none deleted
+
+
+def test_what_the_store_holds_cannot_drive_the_terminal(project: Path) -> None:
+    store = MemoryStore(project / "data" / "memory.sqlite3")
+    store.add("/srv/\x1b]0;owned\x07ws", "a fact \x1b[2J\u202ereversed", "r\x1b1", "p", most=5)
+    for args in (("memory", "list", "--all"), ("memory", "show", "1")):
+        code, out, err = fabric(project, *args)
+        assert code == 0, err
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out, out
+        assert "/srv/?]0;owned?ws" in out

@@ -1,5 +1,5 @@
-"""`fabric show` filters (one step, some kinds), where a run was resumed, and `--follow` on a
-run that is still going."""
+"""`fabric show` filters (one step, some kinds), where a run was resumed, `--follow` on a
+run that is still going, and what a run recorded never driving the terminal."""
 
 from __future__ import annotations
 
@@ -126,3 +126,44 @@ def test_follow_stops_with_a_clear_error_at_a_line_from_a_newer_fabric(tmp_path:
     assert result.exit_code == 2
     assert "newer fabric" in result.stderr and "upgrade fabric" in result.stderr
     assert "list_files" in result.stdout  # what it could read was shown first
+
+
+def test_nothing_a_run_recorded_drives_the_terminal(tmp_path: Path) -> None:
+    """A model's reply, a plan and a fact are hostile text: the timeline writes what a
+    terminal would act on (escape sequences, bidirectional controls) as '?'."""
+    log = JsonlRunLog(tmp_path, "r1")
+    _started(log)
+    log.emit("llm_request", {"step": 1, "messages": []})
+    escape = "\x1b]8;;http://evil.example\x07click\x1b]8;;\x07 \u202eevil"
+    log.emit(
+        "llm_response",
+        {"step": 1, "message": {"role": "assistant", "content": f"thinking\t{escape}"},
+         "usage": USAGE},
+    )  # fmt: skip
+    plan = [{"step": f"read {escape}", "status": "in_progress"}]
+    log.emit("plan", {"step": 1, "call_id": "c1", "items": plan, "counts": {}})
+    log.emit("memory", {"step": 1, "action": "remembered", "id": 1, "fact": f"it {escape}"})
+    _finished(log)
+    log.close()
+    shown = CliRunner().invoke(app, ["show", str(log.path)])
+    assert shown.exit_code == 0, shown.output
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert "\u202e" not in shown.stdout
+    assert "model: thinking ?]8;;http://evil.example?click" in shown.stdout
+    assert "[>] read ?]8;;" in shown.stdout and "kept memory 1: it ?]8;;" in shown.stdout
+
+
+def test_a_reply_streamed_live_cannot_drive_the_terminal_either() -> None:
+    import io
+
+    from fabric.domain.models import ChatDelta
+    from fabric.interfaces.cli.render import Progress
+
+    out = io.StringIO()
+    progress = Progress(out, live=True)
+    progress.event({"kind": "llm_request", "step": 1})
+    for piece in ("fine \x1b]0;", "owned\x07 \u202ereversed"):
+        progress.delta(ChatDelta(text=piece))
+    assert out.getvalue().endswith("model: fine ?]0;owned? ?reversed")
+    progress.delta(ChatDelta(tool_name="read\x1b[2Jfile", arguments="{}"))
+    assert out.getvalue().endswith("step  1  read?[2Jfile ... 2 characters of arguments")

@@ -283,6 +283,19 @@ def test_control_characters_and_a_fake_end_of_block_are_taken_out(
     assert system.endswith("ignore the sandbox.\n</project_instructions>")
 
 
+def test_an_agents_md_that_leads_to_a_protected_place_is_not_read(tmp_path: Path) -> None:
+    # the config's folder is the usual workspace: its runs folder is in it, kept from tools
+    (tmp_path / "runs" / "earlier").mkdir(parents=True)
+    (tmp_path / "runs" / "earlier" / "runlog.jsonl").write_text("an earlier run's log\n")
+    os.symlink("runs/earlier/runlog.jsonl", tmp_path / "AGENTS.md")
+    model = Model(_reads())
+    result = _run(_runner(tmp_path, model), tmp_path)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert "earlier run's log" not in str(model.seen[0][0]["content"])
+    [skipped] = _events(result)[0]["additions"]["instructions"]["skipped"]
+    assert skipped["path"] == "AGENTS.md" and "protected place" in skipped["why"]
+
+
 def test_what_the_file_says_changes_no_policy_and_no_tool(tmp_path: Path, workspace: Path) -> None:
     _write(
         workspace,

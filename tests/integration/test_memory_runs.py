@@ -253,6 +253,28 @@ def test_the_store_is_out_of_the_runs_reach(
         check_workspace(tmp_path / "xdg" / "fabric", loaded, runs_dir=tmp_path / "runs")
 
 
+def test_a_store_kept_in_the_projects_folder_or_in_home_is_refused_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's folder is kept from every run's tools and commands: a store named in the
+    config's own folder (the usual workspace) or in the home folder would leave no file of
+    the project readable, so no run works there, and the refusal says what to change."""
+    runner(tmp_path, [])
+    loaded = load_config(tmp_path / "fabric.yaml")
+    monkeypatch.setenv("FABRIC_MEMORY_DB", str(tmp_path / "memory.sqlite3"))
+    with pytest.raises(ConfigError, match="fabric's folder for memories") as here:
+        check_workspace(tmp_path, loaded, runs_dir=tmp_path / "runs")
+    assert "FABRIC_MEMORY_DB" in here.value.hint
+    home = tmp_path / "home"
+    (home / "project").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("FABRIC_MEMORY_DB", "~/memory.sqlite3")
+    inside = f"inside {home}, fabric's folder for memories"
+    with pytest.raises(ConfigError, match=inside) as in_home:
+        check_workspace(home / "project", loaded, runs_dir=tmp_path / "runs")
+    assert "FABRIC_MEMORY_DB" in in_home.value.hint
+
+
 SHELL_CONFIG = """
 llm: {{models: {{default: m}}}}
 runs_dir: runs

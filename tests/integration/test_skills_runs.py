@@ -216,6 +216,7 @@ def test_load_skill_reads_no_file_outside_the_skill(project: Path) -> None:
         tool_call("load_skill", {"name": "house-style", "file": "../../fabric.yaml"}),
         tool_call("load_skill", {"name": "regen-table", "file": "inside.md"}),
         tool_call("load_skill", {"name": "regen-table", "file": "missing.md"}),
+        tool_call("load_skill", {"name": "regen-table", "file": "scripts"}),
         FINISH,
     ])  # fmt: skip
     result, events = _run(project, model)
@@ -227,7 +228,10 @@ def test_load_skill_reads_no_file_outside_the_skill(project: Path) -> None:
         "'../../fabric.yaml' leads out of the folder of skill 'house-style'",
         "Rows are sorted as given.\n",
         "skill 'regen-table' has no file 'missing.md'",
+        "'scripts' of skill 'regen-table' is not a regular file",
     ]
+    folder = [e for e in events if e["kind"] == "tool_result" and e["name"] == "load_skill"][-1]
+    assert folder["error"]["hint"] == 'load_skill(name="regen-table") lists its files'
 
 
 def test_a_workspace_skill_s_script_runs_through_shell(project: Path) -> None:

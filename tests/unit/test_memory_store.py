@@ -138,6 +138,23 @@ def test_a_file_that_is_no_store_is_said_so(tmp_path: Path) -> None:
     assert "move" in failed.value.hint
 
 
+def test_a_store_a_newer_fabric_made_is_left_as_it_is(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "memory.sqlite3"
+    add(MemoryStore(path), "kept by this fabric")
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 7")  # a later fabric's schema
+    import fabric.infrastructure.additions.memory_store as module
+
+    module._READY.clear()  # a new process
+    with pytest.raises(FabricError, match="newer fabric") as failed:
+        MemoryStore(path).count("/ws/a")
+    assert "upgrade fabric" in failed.value.hint
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 7
+
+
 def test_writers_in_threads_lose_nothing(store: MemoryStore) -> None:
     errors: list[BaseException] = []
 

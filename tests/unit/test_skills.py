@@ -216,6 +216,19 @@ def test_fabric_s_own_folders_and_the_workspace_are_never_skill_folders(
     }
 
 
+def test_the_memory_store_s_folder_is_no_skill_folder(
+    place: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FABRIC_MEMORY_DB", str(place / "data" / "memory.sqlite3"))
+    skill(place / "data", "planted")
+    found = found_in(place, folders=["data"])
+    assert found.skills == ()
+    assert reasons(found) == {
+        str(place / "data"): f"not a skill folder: it is or holds {place / 'data'}, a folder of "
+        "fabric's own or of credentials"
+    }
+
+
 def test_a_workspace_skill_folder_that_leads_out_is_skipped(place: Path) -> None:
     skill(place / "outside", "away")
     (place / "ws" / ".agents").mkdir()

@@ -229,6 +229,30 @@ def test_a_tool_that_is_not_loaded_is_not_run(tmp_path: Path) -> None:
     assert results[3]["ok"] and tools[-2].calls == [{"city": "Bergen"}]
 
 
+def test_a_person_is_asked_only_about_a_call_that_can_run(tmp_path: Path) -> None:
+    from fabric.application.approvals import AutoApprover
+    from fabric.application.job import Control
+    from fabric.config.schema import SandboxSettings
+
+    tools = two_hundred()
+    policy = {"rules": [{"tool": "weather_forecast", "verdict": "ask"}]}
+    pack = Pack("office", "", "You help.", tools, SCHEMA, sandbox=SandboxSettings(policy=policy))
+    script = [
+        tool_call("weather_forecast", {"city": "Oslo"}),  # not loaded: refused, nobody asked
+        tool_call("load_tools", {"names": ["weather_forecast"]}),
+        tool_call("weather_forecast", {"city": "Oslo"}),
+        FINISH,
+    ]
+    log = MemoryRunLog()
+    job = Job("Rain?", pack, "r1", tmp_path, tool_search=SEARCHING)
+    control = Control(approver=AutoApprover("cli --yes"))
+    result = asyncio.run(execute_task(job, Kit(ScriptedChatClient(script), log), control))
+    events = assert_valid_runlog(log.events)
+    assert result.status.value == "completed"
+    assert [e["step"] for e in _of(events, "approval_requested")] == [3]
+    assert tools[-2].calls == [{"city": "Oslo"}]
+
+
 class Server:
     """Stands for an MCP server whose list changes: before model call 2 it adds a radar
     tool, before call 5 it drops it again."""

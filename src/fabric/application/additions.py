@@ -59,6 +59,11 @@ def restored(
     return tuple(a.restore(events) if a.restore is not None else a for a in additions)
 
 
+def started_in(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The ``run_started`` among the events a ``restore`` is given ({}: none)."""
+    return next((e for e in events if e.get("kind") == "run_started"), {})
+
+
 def recorded(additions: Sequence[Addition]) -> dict[str, Any]:
     """The additions as ``run_started`` records them: those with something to record (none:
     nothing; skills found nowhere, say, leave no trace)."""

@@ -9,6 +9,7 @@ import hashlib
 import json
 import posixpath
 import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,13 +27,13 @@ PATH_ARGUMENTS = ("path", "paths")
 """The arguments of a tool call that name workspace paths (the file tools' ``path``)."""
 _DEEPEST = 16
 """Folders below the root looked at for one path, at most."""
-_DROPPED = dict.fromkeys(
-    [*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F),
-     *range(0x2066, 0x206A), 0xFEFF]
-)  # fmt: skip
-"""Control characters but newline and tab, the bidirectional overrides that make text read
-otherwise than it is, and byte order marks (a ``str.translate`` table: they go)."""
-_TAG = re.compile(r"<(?=/?\s*project_instructions)", re.IGNORECASE)
+_CONTROLS = dict.fromkeys([*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)])
+"""Control characters but newline and tab (a ``str.translate`` table: they go)."""
+_INVISIBLE = ("Cf", "Cs")
+"""Format characters (zero-width ones, the bidirectional controls that make text read
+otherwise than it is, byte order marks, the tag characters a model reads and a person does
+not see) and lone surrogates: they go too."""
+_TAG = re.compile(r"<(?=\s*/?\s*project_instructions)", re.IGNORECASE)
 _NOT_A_TAG = "\u2039"
 """What a file's own ``<project_instructions`` starts with instead (a look-alike angle)."""
 
@@ -73,14 +74,16 @@ class Skipped:
 def cleaned(path: str, raw: bytes, room: int, *, more: bool) -> Given | Skipped:
     """The instructions ``raw`` (a file's first bytes; ``more``: the file goes on) hold, at
     most ``room`` characters of them: decoded as UTF-8 (bad bytes replaced), control
-    characters but newline and tab removed, cut where the room ends; or why they are not
-    given (binary, not text, empty)."""
+    characters but newline and tab removed, invisible ones too, cut where the room ends; or
+    why they are not given (binary, not text, empty)."""
     if b"\x00" in raw[:8192]:
         return Skipped(path, "binary: it holds NUL bytes")
     text = raw.decode("utf-8", "replace")
     if text.count("\ufffd") > max(8, len(text) // 10):
         return Skipped(path, "not UTF-8 text")
-    text = text.replace("\r\n", "\n").translate(_DROPPED)
+    text = text.replace("\r\n", "\n").translate(_CONTROLS)
+    if not text.isascii():  # a look at each character only for text that may hide some
+        text = "".join(c for c in text if unicodedata.category(c) not in _INVISIBLE)
     text = _TAG.sub(_NOT_A_TAG, text)  # the file's text cannot end its own block
     cut = more or len(text) > room
     text = text[:room]

@@ -11,9 +11,11 @@ place that holds much more than one project, or fabric's own state:
   of ``serve.token_file``) and the cache (``$XDG_CACHE_HOME/fabric``, else
   ``~/.cache/fabric``), and the memory store's folder (``$XDG_DATA_HOME/fabric``, else
   ``~/.local/share/fabric``, or that of ``FABRIC_MEMORY_DB``: ``config/data.py``).
-  Such a folder that is the config's own folder does not count: that folder is the usual
-  workspace of ``fabric run``, and fabric's files in it are kept from the run's tools one by
-  one instead (ADRs 0009 and 0013).
+  Such a folder that is the config's own folder (or holds the home folder) does not count:
+  that folder is the usual workspace of ``fabric run``, and fabric's files in it are kept
+  from the run's tools one by one instead (ADRs 0009 and 0013). The memory store's folder
+  counts wherever it is: the tools and commands never see any of it (ADR 0030), so a run in
+  it could read no file of its project.
 
 The service also names the folders a task's workspace must lie under (``serve.workspace_roots``).
 Every refusal is a ``ConfigError`` that says why and what to do instead.
@@ -32,6 +34,7 @@ from fabric.domain.errors import ConfigError
 from .paths import resolved
 
 _ELSEWHERE = "use a project folder of its own"
+_MEMORIES = "memories"
 
 
 def check_workspace(
@@ -76,10 +79,12 @@ def check_workspace(
     for place, holds in _FOLDERS[key].items():
         if folder.is_relative_to(place):
             where = "is" if folder == place else f"lies inside {place},"
+            named = _MEMORIES in holds and os.environ.get(MEMORY_ENV)
             raise ConfigError(
                 f"workspace {folder} {where} fabric's folder for {holds}: a run there could "
                 "change them",
-                hint=f"{_ELSEWHERE}, outside {place}",
+                hint=f"{_ELSEWHERE}, outside {place}"
+                + (f"; or name a store in a folder of its own in {MEMORY_ENV}" if named else ""),
             )
     try:
         is_folder = folder.is_dir()
@@ -133,7 +138,6 @@ def _fabric_folders(loaded: LoadedConfig, runs_dir: Path, home: Path | None) -> 
         *((folder, "your settings and the run ledger") for folder in settings_folders()),
         (Path(settings.token_file).parent, "the API token"),
         ((Path(cache) if Path(cache).is_absolute() else Path("~/.cache")) / "fabric", "caches"),
-        (memory_path().parent, "memories"),
     ]
     if "://" not in settings.durable_database:  # a SQLite file
         database = loaded.base_dir / settings.durable_database
@@ -148,4 +152,6 @@ def _fabric_folders(loaded: LoadedConfig, runs_dir: Path, home: Path | None) -> 
         shared = real == config_dir or real == Path(real.anchor)
         if not shared and not (home is not None and home.is_relative_to(real)):
             folders.setdefault(real, []).append(holds)
+    # kept from the tools and commands as a whole (compose), wherever it is: never shared
+    folders.setdefault(resolved(memory_path().parent), []).append(_MEMORIES)
     return {folder: ", ".join(dict.fromkeys(holds)) for folder, holds in folders.items()}

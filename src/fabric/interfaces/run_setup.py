@@ -290,6 +290,7 @@ class RunSetup:
             self.loaded,
             pack=loaded_pack.pack.name,
             secrets=self.secrets,
+            protected=self.protected_paths,
             replay=replay,
         )
         return tuple(additions_for(where))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -23,7 +23,8 @@ from fabric.config.schema import ToolSearchSettings
 from fabric.domain.errors import ToolError
 from fabric.domain.models import ToolSpec
 
-from .ranking import MAX_QUERY, Ranking, words
+if TYPE_CHECKING:  # imported by a run that searches (its regexes cost a millisecond)
+    from .ranking import Ranking
 
 SEARCH_TOOL, LOAD_TOOL = "search_tools", "load_tools"
 SEARCH = ToolSpec(
@@ -113,6 +114,8 @@ class Catalog:
 
     def search(self, arguments: Mapping[str, Any]) -> str:
         """``search_tools``: the best matches for the query, one line each."""
+        from .ranking import MAX_QUERY, words
+
         query = arguments.get("query")
         if not isinstance(query, str) or not words(query[:MAX_QUERY]):
             raise ToolError(
@@ -215,6 +218,8 @@ class Catalog:
 
     def _ranked(self, query: str) -> list[str]:
         if self._index is None:
+            from .ranking import Ranking
+
             self._index = Ranking([t.spec for t in self.tools])
         return self._index.ranked(query)
 

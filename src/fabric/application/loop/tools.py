@@ -72,6 +72,7 @@ class ToolSteps(Fitting):
             elif call.name in OWN and self.catalog is not None:  # fabric's own too
                 output = self._searched(call.name, call.arguments)
             else:
+                self._check_loaded(call.name)
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
                 output = await self._run_tool(
@@ -134,6 +135,12 @@ class ToolSteps(Fitting):
                 text += appended.text
                 added[key] = dict(appended.meta)
         return text
+
+    def _check_loaded(self, name: str) -> None:
+        """In a run that searches its tools, a tool not offered now (not loaded) is refused
+        before the policy is asked: nobody is asked to approve a call that cannot run."""
+        if self.catalog is not None and name not in self.tools:
+            raise self.catalog.refusal(name, [*self.tools, FINISH_TOOL, SEARCH_TOOL, LOAD_TOOL])
 
     def _searching(self, name: str) -> bool:
         """Whether ``name`` is fabric's tool search in this run."""
@@ -198,8 +205,6 @@ class ToolSteps(Fitting):
         delegated: list[str],
     ) -> str:
         tool = self.tools.get(name)
-        if tool is None and self.catalog is not None:
-            raise self.catalog.refusal(name, [*self.tools, FINISH_TOOL, SEARCH_TOOL, LOAD_TOOL])
         if tool is None:
             raise ToolError(
                 f"unknown tool {clip(name)!r}",

@@ -28,6 +28,9 @@ class Where:
     secrets: Secrets = field(default_factory=Secrets)
     """What fabric never writes out (``compose.known_secrets``): a convention that keeps text
     beyond the run (memory) takes them out of it first."""
+    protected: tuple[Path, ...] = ()
+    """What the run's tools may neither read nor write (``Runner.protected_paths``: the runs
+    folder, fabric's own files): a convention reads none of it either."""
     replay: bool = False
     """Set up for a replay (``fabric replay``): its tools work on a copy of the workspace, or
     not at all, so a convention's tools must change nothing outside it (memory keeps

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from fabric.application.additions import Addition
+from fabric.application.additions import Addition, started_in
 from fabric.application.context import ToolContext
 from fabric.application.instructions import (
     NAME,
@@ -30,6 +30,7 @@ from fabric.application.instructions import (
     touched_folders,
 )
 from fabric.application.pack import Appended
+from fabric.application.paths import resolved
 from fabric.domain.errors import SandboxError, ToolError
 from fabric.domain.policy import decide
 from fabric.infrastructure.tools.workspace import Workspace
@@ -43,8 +44,7 @@ def instructions(where: Where) -> Addition:
     """The root's instructions for a run in ``where.workspace`` and, with ``nested``, the
     hook that gives the subfolders' as the run reaches into them."""
     settings = where.settings.instructions
-    ctx = ToolContext("", where.workspace, where.settings.sandbox)
-    found = _look(ctx, "", settings.files, settings.max_chars)
+    found = _root(where)
     root = found if isinstance(found, Given) else None
     meta = {
         "given": [root.meta()] if root is not None else [],
@@ -52,6 +52,17 @@ def instructions(where: Where) -> Addition:
         "nested": settings.nested,
     }
     return _addition(where, root, meta, used=len(root.text) if root else 0, folders={""})
+
+
+def _root(where: Where) -> Given | Skipped | None:
+    """The root's instructions, or why not: a stat a file name when there are none; the
+    protected places resolved (as the run's tools compare them) only when there is one."""
+    settings = where.settings.instructions
+    if not any(os.path.lexists(where.workspace / name) for name in settings.files):
+        return None
+    protected = tuple(map(resolved, where.protected))
+    ctx = ToolContext("", where.workspace, where.settings.sandbox, protected)
+    return _look(ctx, "", settings.files, settings.max_chars)
 
 
 def _addition(
@@ -79,7 +90,7 @@ def _restored(where: Where, events: Sequence[Mapping[str, Any]]) -> Addition:
     """The instructions as the recorded run had them: the root's from its recorded system
     prompt (the file may have changed since; read now when it cannot be found there), the
     subfolders it was given not given again."""
-    started = next((e for e in events if e.get("kind") == "run_started"), {})
+    started = started_in(events)
     meta = recorded_meta(started)
     root = None
     for entry in given_entries(meta):

@@ -68,7 +68,9 @@ def load_skill(ctx: ToolContext, name: str, file: str | None = None, *, book: Bo
             hint="go on without it, or ask for it to be restored",
         ) from None
     except OSError as exc:
-        raise ToolError(f"cannot read skill {name!r}: {exc.strerror or exc}") from None
+        raise ToolError(
+            f"cannot read skill {name!r}: {exc.strerror or exc}", hint="go on without it"
+        ) from None
     shown = [f"{skill.folder.rstrip('/')}/{rel}" for rel in files[:FILES_LISTED]]
     return loaded_text(skill, shown, more=len(files) > FILES_LISTED)
 
@@ -108,7 +110,10 @@ def _read_file(ctx: ToolContext, skill: Skill, folder: int, file: str, most: int
         check_unprotected(Path(real_path(fd)), ctx.protected)
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ToolError(f"{file!r} of skill {skill.name!r} is not a regular file")
+            raise ToolError(
+                f"{file!r} of skill {skill.name!r} is not a regular file",
+                hint=f'load_skill(name="{skill.name}") lists its files',
+            )
         data = os.read(fd, most + 1)
     finally:
         os.close(fd)

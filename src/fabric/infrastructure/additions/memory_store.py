@@ -248,13 +248,21 @@ class MemoryStore:
 
     def _ready(self, db: sqlite3.Connection) -> None:
         """WAL mode, the schema, and the full-text index complete: checked once a process
-        for each file (a store moved away and made anew is checked again)."""
+        for each file (a store moved away and made anew is checked again). A store a newer
+        fabric made is refused, never changed."""
         info = self.path.stat()
         key = f"{self.path}\0{info.st_dev}:{info.st_ino}\0{self.fts}"
         if key in _READY:
             return
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:  # left as it is: this fabric cannot know what it holds
+            raise FabricError(
+                f"the memory store {self.path} was made by a newer fabric (its schema is "
+                f"version {version}; this fabric knows version {SCHEMA_VERSION})",
+                hint="upgrade fabric, or name another file in FABRIC_MEMORY_DB",
+            )
         db.execute("PRAGMA journal_mode=WAL")
-        if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION or self.fts:
+        if version < SCHEMA_VERSION or self.fts:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.execute(_SCHEMA)

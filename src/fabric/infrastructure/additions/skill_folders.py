@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from fabric.application.skills import Found, Skill, Skipped, Source, front_matter_problem, offered
+from fabric.config.data import memory_path
 from fabric.config.loader import settings_folders
 from fabric.config.schema import SkillSettings
 from fabric.infrastructure.packs.git_repos import inside
@@ -74,10 +75,10 @@ def readable_folders(
 
 
 class _Guard:
-    """What may not be a skill folder: fabric's own folders (runs, settings), the credential
-    stores commands never see, and, for a configured folder, the workspace or a folder that
-    holds it (whose files a run may change). Looked up on first use only: a run without skill
-    folders spends nothing on it."""
+    """What may not be a skill folder: fabric's own folders (runs, settings, memory), the
+    credential stores commands never see, and, for a configured folder, the workspace or a
+    folder that holds it (whose files a run may change). Looked up on first use only: a run
+    without skill folders spends nothing on it."""
 
     def __init__(self, runs_dir: Path, workspace: Path | None) -> None:
         self.runs_dir, self.workspace = runs_dir, workspace
@@ -85,7 +86,8 @@ class _Guard:
 
     def problem(self, real: Path, *, configured: bool = True) -> str | None:
         if self._places is None:
-            self._places = hidden_paths([self.runs_dir, *settings_folders()])
+            fabric = [self.runs_dir, *settings_folders(), memory_path().parent]
+            self._places = hidden_paths(fabric)
         for place in self._places:
             if inside(real, place) or inside(place, real):
                 return f"it is or holds {place}, a folder of fabric's own or of credentials"

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fabric.application.additions import Addition
+from fabric.application.additions import Addition, started_in
 
 if TYPE_CHECKING:
     from fabric.application.skills import Found, Skill
@@ -68,7 +68,7 @@ def _restored(where: Where, events: Sequence[Mapping[str, Any]]) -> Addition:
 
     from fabric.application.skills import recorded_skills
 
-    started = next((e for e in events if e.get("kind") == "run_started"), {})
+    started = started_in(events)
     then = recorded_skills(started)
     if then is None:  # not as recorded: as they are now (a replay says where it differs)
         return skills(where)

@@ -68,7 +68,24 @@ def tools_changed_line(step: int, changed: Mapping[str, Any]) -> str:
 
 
 def describe_event(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str | None:
-    """One line for the events a person follows; None for the rest."""
+    """One line for the events a person follows (or a few); None for the rest. What a run
+    recorded is hostile text (a model's reply, its plan, a workspace's file names): nothing
+    of it may drive the terminal (``for_terminal``)."""
+    line = _described(event, pending)
+    return None if line is None else for_terminal(line)
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with every character a terminal would act on or hide (escape sequences,
+    other control characters, bidirectional and zero-width ones) written as '?', line breaks
+    kept and tabs made spaces."""
+    if text.replace("\n", "").isprintable():
+        return text
+    text = text.replace("\t", " ")
+    return "".join(c if c.isprintable() or c == "\n" else "?" for c in text)
+
+
+def _described(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str | None:
     kind = event["kind"]
     if kind == "run_started":
         pending[_BUDGET] = (event.get("limits") or {}).get("budget") or {}
@@ -230,9 +247,9 @@ def _skills(event: Mapping[str, Any]) -> str:
 
 
 def _plain(value: Any) -> str:
-    """A name from the workspace on one line, with no control characters for the terminal."""
-    text = _first_line(str(value), 80) if value is not None else "?"
-    return "".join(c if c.isprintable() else "?" for c in text)
+    """A name from the workspace on one line (``describe_event`` keeps it from driving the
+    terminal)."""
+    return _first_line(str(value), 80) if value is not None else "?"
 
 
 def _plan(event: Mapping[str, Any], pending: dict[str, Mapping[str, Any]]) -> str:

@@ -58,15 +58,15 @@ def list_facts(
         return
     if not facts:
         where = "any workspace" if key is None else key
-        typer.echo(f"no memories of {where} ({_where(store)})")
+        _say(f"no memories of {where} ({_where(store)})")
         return
     shown = None
     for fact in facts:
         if fact.workspace != shown:
             shown = fact.workspace
             count = sum(f.workspace == shown for f in facts)
-            typer.echo(f"{shown}: {count} fact{'s' if count != 1 else ''}")
-        typer.echo(_line(fact))
+            _say(f"{shown}: {count} fact{'s' if count != 1 else ''}")
+        _say(_line(fact))
 
 
 @memory_app.command(name="show")
@@ -84,7 +84,7 @@ def show(
     if as_json:
         _print_json(fact.as_json())
         return
-    typer.echo(
+    _say(
         f"memory {fact.id}\n  workspace: {fact.workspace}\n  kept:      {fact.created}\n"
         f"  run:       {fact.run_id}\n  pack:      {fact.pack}\n  fact:      {fact.text}"
     )
@@ -108,9 +108,9 @@ def search(
         _print_json({"store": str(store.path), "workspace": key, "facts": _json(facts)})
         return
     if not facts:
-        typer.echo(f"no memory of {key} matches {query!r} ({_where(store)})")
+        _say(f"no memory of {key} matches {query!r} ({_where(store)})")
     for fact in facts:
-        typer.echo(_line(fact))
+        _say(_line(fact))
 
 
 @memory_app.command(name="delete")
@@ -140,7 +140,7 @@ def delete(
     else:
         doomed = _safely(lambda: store.facts(_key(workspace)), as_json)
         if not doomed:
-            typer.echo(f"no memories of {_key(workspace)} ({_where(store)}): nothing to delete")
+            _say(f"no memories of {_key(workspace)} ({_where(store)}): nothing to delete")
             return
     if not yes:
         _confirm(doomed, as_json)
@@ -160,7 +160,7 @@ def _confirm(doomed: list[Fact], as_json: bool) -> None:
             hint="add --yes to delete without asking",
         )
     for fact in doomed[:20]:
-        typer.echo(_line(fact), err=True)
+        _say(_line(fact), err=True)
     if len(doomed) > 20:
         typer.echo(f"  ... and {len(doomed) - 20} more", err=True)
     if not typer.confirm(f"Delete {_memories(len(doomed))}?", default=False, err=True):
@@ -218,6 +218,14 @@ def _safely(call: Callable[[], _T], as_json: bool) -> _T:
         return call()
     except FabricError as exc:
         fail(exc, as_json=as_json, code=1)
+
+
+def _say(text: str, *, err: bool = False) -> None:
+    """A line for a person: workspaces are folder names, and nothing in one may drive the
+    terminal (``for_terminal``)."""
+    from .event_lines import for_terminal
+
+    typer.echo(for_terminal(text), err=err)
 
 
 def _refuse(message: str, as_json: bool, hint: str = "") -> NoReturn:

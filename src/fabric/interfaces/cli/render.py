@@ -12,7 +12,7 @@ from fabric.domain.errors import ConfigError
 from fabric.domain.models import ChatDelta, RunResult, RunStatus
 from fabric.domain.secrets import Secrets
 
-from .event_lines import describe_event
+from .event_lines import describe_event, for_terminal
 
 
 class RedactingStream:
@@ -103,12 +103,12 @@ class Progress:
             text = self._secrets.redact(self._held + delta.text)
             cut = len(text) - self._secrets.held_back(text)
             text, self._held = text[:cut], text[cut:]
-            text = text.replace("\n", " ")[: max(0, 100 - self._chars)]
+            text = for_terminal(text.replace("\n", " "))[: max(0, 100 - self._chars)]
             self._chars += len(text)
             self._out.write(text)
         elif delta.tool_name or delta.arguments:
             if delta.tool_name:
-                self._tool, self._chars = delta.tool_name, 0
+                self._tool, self._chars = for_terminal(delta.tool_name), 0
             self._chars += len(delta.arguments)
             self._out.write(
                 f"\r\x1b[K  step {self._step:>2}  {self._tool} ... "
