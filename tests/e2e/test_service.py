@@ -325,8 +325,11 @@ def test_the_runlog_of_a_running_task_downloads_as_whole_lines(tmp_path: Path) -
     assert_valid_runlog(runlog)
     assert snapshots
     for snapshot in snapshots:  # complete lines, each snapshot the start of the final log
-        assert snapshot.endswith(b"\n")
+        # (none at all when the download came between the log's creation and its first line,
+        # while the run was still being set up)
+        assert snapshot == b"" or snapshot.endswith(b"\n")
         assert final.startswith(snapshot)
+    assert any(snapshots), "no download held a line"
 
 
 def test_list_tasks_newest_first_with_filters_and_pages(tmp_path: Path) -> None:
