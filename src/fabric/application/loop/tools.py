@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fabric.application.context import FileChange
+from fabric.application.context import FileChange, ToolContext
 from fabric.application.pack import FINISH_TOOL
 from fabric.application.verify import ToolUse
 from fabric.config.prompts import REPEATED
@@ -75,11 +75,13 @@ class ToolSteps(Fitting):
                 self._check_loaded(call.name)
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
-                output = await self._run_tool(
-                    call.name, call.id, call.arguments, changes, delegated
-                )
+                ctx = dataclasses.replace(
+                    self.ctx, changes=changes, step=self.steps, call_id=call.id,
+                    delegated=delegated,
+                )  # fmt: skip
+                output = await self._run_tool(call.name, call.arguments, ctx)
                 if self.pack.after_calls:
-                    output += await self._after_calls(call, added)
+                    output += await self._after_calls(call, ctx, added)
             ok, error = True, None
         except Stop:
             raise
@@ -118,12 +120,11 @@ class ToolSteps(Fitting):
         self.log.emit("tool_result", result)
         return {"role": "tool", "tool_call_id": call.id, "content": output}
 
-    async def _after_calls(self, call: ToolCall, added: dict[str, Any]) -> str:
-        """What the pack's after-call hooks append to the output of ``call``, which ran
-        (``Pack.after_calls``); what each says of it goes into ``added``. A hook that fails
-        adds nothing, and its error is recorded: the tool's own output stands."""
+    async def _after_calls(self, call: ToolCall, ctx: ToolContext, added: dict[str, Any]) -> str:
+        """What the pack's after-call hooks append to the output of ``call``, which ran with
+        ``ctx`` (``Pack.after_calls``); what each says of it goes into ``added``. A hook that
+        fails adds nothing, and its error is recorded: the tool's own output stands."""
         assert call.arguments is not None
-        ctx = dataclasses.replace(self.ctx, step=self.steps, call_id=call.id)
         text = ""
         for key, after_call in self.pack.after_calls.items():
             try:
@@ -196,14 +197,7 @@ class ToolSteps(Fitting):
         self._scanned = len(messages)
         return sent
 
-    async def _run_tool(
-        self,
-        name: str,
-        call_id: str,
-        arguments: Mapping[str, Any],
-        changes: list[FileChange],
-        delegated: list[str],
-    ) -> str:
+    async def _run_tool(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
         tool = self.tools.get(name)
         if tool is None:
             raise ToolError(
@@ -213,9 +207,6 @@ class ToolSteps(Fitting):
         timeout, left = self.limits.tool_timeout, self._seconds_left()
         by_budget = left is not None and left < timeout
         try:
-            ctx = dataclasses.replace(
-                self.ctx, changes=changes, step=self.steps, call_id=call_id, delegated=delegated
-            )
             async with asyncio.timeout(left if by_budget else timeout) as deadline:
                 return await tool(arguments, ctx)
         except TimeoutError:
