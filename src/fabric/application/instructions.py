@@ -9,7 +9,6 @@ import hashlib
 import json
 import posixpath
 import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from fabric.config.prompts import (
     INSTRUCTIONS_CUT,
     NESTED_INSTRUCTIONS,
 )
+from fabric.domain.text import without_invisible
 
 NAME = "instructions"
 """The addition's key in ``run_started.additions`` and ``tool_result.additions``."""
@@ -29,10 +29,6 @@ _DEEPEST = 16
 """Folders below the root looked at for one path, at most."""
 _CONTROLS = dict.fromkeys([*range(0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)])
 """Control characters but newline and tab (a ``str.translate`` table: they go)."""
-_INVISIBLE = ("Cf", "Cs")
-"""Format characters (zero-width ones, the bidirectional controls that make text read
-otherwise than it is, byte order marks, the tag characters a model reads and a person does
-not see) and lone surrogates: they go too."""
 _TAG = re.compile(r"<(?=\s*/?\s*project_instructions)", re.IGNORECASE)
 _NOT_A_TAG = "\u2039"
 """What a file's own ``<project_instructions`` starts with instead (a look-alike angle)."""
@@ -81,9 +77,7 @@ def cleaned(path: str, raw: bytes, room: int, *, more: bool) -> Given | Skipped:
     text = raw.decode("utf-8", "replace")
     if text.count("\ufffd") > max(8, len(text) // 10):
         return Skipped(path, "not UTF-8 text")
-    text = text.replace("\r\n", "\n").translate(_CONTROLS)
-    if not text.isascii():  # a look at each character only for text that may hide some
-        text = "".join(c for c in text if unicodedata.category(c) not in _INVISIBLE)
+    text = without_invisible(text.replace("\r\n", "\n").translate(_CONTROLS))
     text = _TAG.sub(_NOT_A_TAG, text)  # the file's text cannot end its own block
     cut = more or len(text) > room
     text = text[:room]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from fabric.domain.errors import ToolError
 from fabric.domain.secrets import Secrets
+from fabric.domain.text import without_invisible
 
 from .paths import resolved
 
@@ -63,6 +63,8 @@ TERMS = 16
 """The most words of a query a search looks for."""
 _WORD = re.compile(r"\w+")
 _SPACES = re.compile(r"\s+")
+_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], " ")
+"""Control characters, line breaks and tabs among them (a ``str.translate`` table): spaces."""
 _QUERY_CHARS = 200
 
 
@@ -111,7 +113,7 @@ def kept_text(fact: str, *, secrets: Secrets, most: int) -> tuple[str, bool]:
     if len(fact) > 2 * most:  # far too long, whatever cleaning would take out: not read
         raise _too_long(len(fact), most)
     first = secrets.redact(fact)
-    text = _SPACES.sub(" ", "".join(_visible(c) for c in first)).strip()
+    text = _SPACES.sub(" ", without_invisible(first).translate(_CONTROLS)).strip()
     safe = secrets.redact(text)  # a secret the invisible characters kept apart
     if not safe:
         raise ToolError(
@@ -128,15 +130,6 @@ def _too_long(chars: int, most: int) -> ToolError:
         f"the fact has {chars} characters; a fact may have at most {most}",
         hint="say it shorter, or split it into facts that each stand on their own",
     )
-
-
-def _visible(char: str) -> str:
-    category = unicodedata.category(char)
-    if category == "Cc":  # control characters, line breaks and tabs among them
-        return " "
-    if category in ("Cf", "Cs"):  # zero-width, direction and tag characters; lone surrogates
-        return ""
-    return char
 
 
 def search_terms(query: str) -> list[str]:
