@@ -59,3 +59,40 @@ def test_a_narrow_terminal_gets_typers_own_rendering() -> None:
     assert run.returncode == 0 and "--pack" in run.stdout
     bare = _fabric()
     assert bare.returncode == 2 and bare.stderr.count("Usage: fabric") == 1
+
+
+def _every_command_line() -> list[list[str]]:
+    """Each command's and group's help, each group's commands' help, and a usage error of
+    each command (an option it does not have)."""
+    import typer
+
+    from fabric.interfaces.cli.app import app
+
+    whole = typer.main.get_group(app)
+    lines: list[list[str]] = []
+    for name, command in whole.commands.items():
+        lines += [[name, "--help"], [name, "--no-such-option"]]
+        for sub in getattr(command, "commands", {}):
+            lines += [[name, sub, "--help"], [name, sub, "--no-such-option"]]
+    return lines
+
+
+def test_a_command_line_gets_the_same_answer_from_its_command_alone() -> None:
+    """``fabric run ...`` is answered by an app of that one command (``one_command``): what
+    it prints and its exit status are the whole app's, for every command fabric has."""
+    from typer.testing import CliRunner
+
+    from fabric.interfaces.cli.app import app, one_command
+
+    lines = _every_command_line()
+    assert ["run", "--help"] in lines and ["memory", "list", "--help"] in lines
+    runner = CliRunner()
+    for argv in lines:
+        one = one_command(app, argv)
+        assert one is not app and [c.callback for c in one.registered_commands] != [
+            c.callback for c in app.registered_commands
+        ]
+        alone, whole = runner.invoke(one, argv), runner.invoke(app, argv)
+        assert (alone.exit_code, alone.output) == (whole.exit_code, whole.output), argv
+    for argv in ([], ["--help"], ["nosuch"], ["--no-such-option", "run"]):
+        assert one_command(app, argv) is app

@@ -112,3 +112,62 @@ def test_a_long_ledger_is_trimmed_to_what_can_still_matter(
     assert "gone" not in text and text.count('"start"') == 1  # one merged window in kept/
     window = run_ledger.written_during_a_run(str(kept / "fabric.yaml"))
     assert window is not None and window.run == "first"
+
+
+def test_a_trim_leaves_room_so_the_next_runs_do_not_trim_again(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trim keeps the newest windows that fit in three quarters of the limit (and every
+    open one, however old), so the ledger is not rewritten again at the next run."""
+    folders = [home / f"ws{n}" for n in range(60)]
+    for folder in folders:
+        folder.mkdir()
+    monkeypatch.setattr(run_ledger, "_MAX_BYTES", 8000)
+    monkeypatch.setattr(run_ledger, "_TRIM_TO", 6000)
+    run_ledger.opened("still-running", str(folders[0]))  # this process: alive, never closed
+    for n, folder in enumerate(folders):  # each in its own folder: nothing merges
+        run_ledger.opened(f"r{n}", str(folder))
+        run_ledger.closed(f"r{n}")
+    path = Path(run_ledger.ledger_path())
+    text = path.read_text()
+    assert len(text.encode()) <= 8000
+    assert '"run":"still-running","ws"' in text  # the open window stays
+    assert '"run":"r59","ws"' in text and '"run":"r0","ws"' not in text  # newest kept
+    run_ledger._trim(str(path))
+    assert len(path.read_bytes()) <= 6000
+    before = path.stat().st_ino
+    run_ledger.opened("next", str(folders[1]))
+    run_ledger.closed("next")
+    assert path.stat().st_ino == before  # appended to, not rewritten
+
+
+def test_threads_take_the_ledger_lock_in_turn(home: Path) -> None:
+    """Runs open and close their windows in threads: while one thread holds the lock (a
+    trim, say), another's line waits for it instead of slipping past."""
+    import threading
+
+    ws = home / "ws"
+    ws.mkdir()
+    path = run_ledger.ledger_path()
+    run_ledger.opened("first", str(ws))
+    entered, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with run_ledger._locked(path):
+            entered.set()
+            release.wait(10)
+
+    def writer() -> None:
+        run_ledger.closed("first")
+        done.set()
+
+    first = threading.Thread(target=holder)
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=writer)
+    second.start()
+    assert not done.wait(0.3)  # held by the other thread: it waits
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert done.is_set() and '"run":"first","end"' in Path(path).read_text()

@@ -121,11 +121,11 @@ class RunSetup:
         model_key = loaded_pack.settings.model
         resolved = await self.models.try_resolve(model_key, backend, model)
         resolution = resolved[0]
-        (read_only, commands, unconfined, additions), runlog = await self._confined_and_logged(
-            loaded_pack, workspace, open_log
-        )
         started = time.time()
-        unrecorded = _record_start(runlog.run_id, workspace)
+        (
+            (read_only, commands, unconfined, additions),
+            (runlog, unrecorded),
+        ) = await self._confined_and_logged(loaded_pack, workspace, open_log)
         chat: ChatClient | None = None
         toolbox: McpToolbox | None = None
         tools: tuple[Tool, ...] = ()
@@ -169,24 +169,27 @@ class RunSetup:
 
     async def _confined_and_logged(
         self, loaded_pack: LoadedPack, workspace: Path, open_log: Callable[[], JsonlRunLog]
-    ) -> tuple[Confinement, JsonlRunLog]:
-        """``_confinement`` and the run's opened runlog, made side by side in two threads:
-        neither needs the other, and both wait on the kernel (a run's new folder and file
-        cost about a millisecond of it on ext4). Whatever fails first is raised; the runlog
-        of a run that did not get past this (its confinement failed in some unforeseen way,
-        or it was cancelled) is discarded, as if it had never been opened."""
+    ) -> tuple[Confinement, tuple[JsonlRunLog, FabricError | None]]:
+        """``_confinement``, and the run's opened runlog with the run entered in the run
+        ledger (``_logged``), made side by side in two threads: neither needs the other, and
+        both wait on the kernel (a run's new folder and file cost about a millisecond of it
+        on ext4). Whatever fails first is raised; the runlog of a run that did not get past
+        this (its confinement failed in some unforeseen way, or it was cancelled) is
+        discarded, as if it had never been opened, and its ledger window closed."""
         confining = asyncio.ensure_future(
             asyncio.to_thread(self._confinement, loaded_pack, workspace)
         )
+        logging = asyncio.ensure_future(asyncio.to_thread(_logged, open_log, workspace))
         try:
-            runlog = await asyncio.to_thread(open_log)
+            logged = await asyncio.shield(logging)  # cancelled: its thread still finishes
         except BaseException:
             confining.add_done_callback(_retrieved)  # its outcome no longer matters
+            logging.add_done_callback(_undone)
             raise
         try:
-            return await confining, runlog
+            return await confining, logged
         except BaseException:
-            runlog.discard()
+            _discarded(*logged)
             raise
 
     def mcp_toolbox(
@@ -338,6 +341,29 @@ class RunSetup:
 def _retrieved(done: asyncio.Future[Any]) -> None:
     if not done.cancelled():
         done.exception()
+
+
+def _undone(done: asyncio.Future[tuple[JsonlRunLog, FabricError | None]]) -> None:
+    """What ``_logged`` did for a run cancelled while it did it, undone once it is done."""
+    if not done.cancelled() and done.exception() is None:
+        _discarded(*done.result())
+
+
+def _discarded(runlog: JsonlRunLog, unrecorded: FabricError | None) -> None:
+    """A run that never started: its runlog removed and its ledger window closed."""
+    runlog.discard()
+    if unrecorded is None:
+        with contextlib.suppress(OSError):
+            run_ledger.closed(runlog.run_id)
+
+
+def _logged(
+    open_log: Callable[[], JsonlRunLog], workspace: Path
+) -> tuple[JsonlRunLog, FabricError | None]:
+    """The run's runlog, opened, and the run entered in the run ledger (``_record_start``):
+    the two file writes a run starts with, in one trip to a thread."""
+    runlog = open_log()
+    return runlog, _record_start(runlog.run_id, workspace)
 
 
 def _record_start(run_id: str, workspace: Path) -> FabricError | None:

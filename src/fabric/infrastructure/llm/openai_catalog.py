@@ -132,7 +132,7 @@ def _embedding_only(name: str, entry: Mapping[str, Any]) -> bool:
 
 def _positive(value: Any) -> int | None:
     """A count as sent (an integer, or a float or string holding one), or None."""
-    if isinstance(value, bool):
+    if value is None or isinstance(value, bool):  # None: most entries of a long list
         return None
     try:
         number = int(float(value))

@@ -24,17 +24,22 @@ import fcntl
 import json
 import os
 import time
+from _thread import _local, get_ident  # threading's own, without importing threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 _MAX_BYTES = 256 * 1024
+_TRIM_TO = _MAX_BYTES * 3 // 4
 _KEEP_RUNS = 5_000
 _MERGE_GAP = 1.0
 """When the ledger passes _MAX_BYTES it is rewritten smaller (``_trim``): gone workspaces
-dropped, back-to-back windows merged, the newest _KEEP_RUNS windows kept (open ones always)."""
+dropped, back-to-back windows merged, the newest _KEEP_RUNS windows kept (open ones always),
+and no more of the oldest closed ones than fit in _TRIM_TO, so that the next trim is hundreds
+of runs away rather than the next run's (a trim reads and writes the whole ledger)."""
 
-_holding = False
+_lock_held = _local()
+"""Whether this thread holds the ledger's lock (runs open and close windows in threads)."""
 _cache: tuple[tuple[str, float, int], list[Window]] | None = None
 _audited: list[str] = []
 """What the git audit removed for runs whose fabric died, until ``close_dead`` tells it."""
@@ -122,7 +127,7 @@ def _windows() -> list[Window]:
     windows: list[Window] = []
     still_open: dict[str, Window] = {}
     for entry in _entries(path):
-        with contextlib.suppress(KeyError, TypeError, ValueError):
+        try:  # not contextlib.suppress: this loop runs for every line at every start
             run = str(entry["run"])
             if "start" in entry:
                 window = Window(
@@ -132,6 +137,8 @@ def _windows() -> list[Window]:
                 still_open[run] = window
             elif run in still_open:
                 still_open.pop(run).end = float(entry["end"])
+        except (KeyError, TypeError, ValueError):
+            continue  # a line fabric did not write: it says nothing
     for window in windows:
         if window.end is None and not pid_alive(window.pid):
             closed(window.run, trim=False)  # its fabric died: the run cannot write any more
@@ -235,18 +242,18 @@ def _append(entry: dict[str, object], *, trim: bool = True) -> None:
 @contextlib.contextmanager
 def _locked(path: str) -> Iterator[None]:
     """The ledger's lock (a file beside it), held while a line is added or the ledger is
-    rewritten. Re-entrant: a trim closes dead windows, adding lines under the lock it holds."""
-    global _holding
-    if _holding:
+    rewritten. Re-entrant within a thread: a trim closes dead windows, adding lines under the
+    lock it holds; another thread waits for it like another process."""
+    if getattr(_lock_held, "yes", False):
         yield
         return
     fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        _holding = True
+        _lock_held.yes = True
         yield
     finally:
-        _holding = False
+        _lock_held.yes = False
         os.close(fd)
 
 
@@ -254,20 +261,33 @@ def _trim(path: str) -> None:
     """Rewrite the ledger (beside, then renamed over) without what can no longer matter:
     windows whose workspace is gone (no file of it can be loaded; one made again later has
     new ctimes), back-to-back windows in one workspace merged (a batch of runs becomes one
-    window), and then only the newest ``_KEEP_RUNS``; open windows always stay."""
+    window), and of the closed windows only the newest ``_KEEP_RUNS``, and of those no more
+    than fit in ``_TRIM_TO`` beside the open ones; open windows always stay."""
     alive = [w for w in _windows() if w.end is None or os.path.isdir(w.workspace)]
     windows = _merged(alive)
-    keep = windows[-_KEEP_RUNS:]
-    keep = sorted(keep + [w for w in windows[:-_KEEP_RUNS] if w.end is None], key=lambda w: w.start)
-    temp = f"{path}.{os.getpid()}.new"
+    kept = [(w, _lines(w)) for w in windows if w.end is None]
+    room = _TRIM_TO - sum(len(lines.encode()) for _, lines in kept)
+    closed = [w for w in reversed(windows) if w.end is not None][:_KEEP_RUNS]  # newest first
+    for window in closed:
+        lines = _lines(window)
+        room -= len(lines.encode())
+        if room < 0:
+            break
+        kept.append((window, lines))
+    temp = f"{path}.{os.getpid()}.{get_ident()}.new"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as out:  # owner-only, like the ledger itself
-        for w in keep:
-            start = {"run": w.run, "ws": w.workspace, "start": w.start, "pid": w.pid}
-            out.write(json.dumps(start, separators=(",", ":")) + "\n")
-            if w.end is not None:
-                out.write(json.dumps({"run": w.run, "end": w.end}, separators=(",", ":")) + "\n")
+        out.writelines(lines for _, lines in sorted(kept, key=lambda k: k[0].start))
     os.replace(temp, path)
+
+
+def _lines(window: Window) -> str:
+    """The ledger's lines for ``window``: its start, and its end when it has one."""
+    start = {"run": window.run, "ws": window.workspace, "start": window.start, "pid": window.pid}
+    lines = json.dumps(start, separators=(",", ":")) + "\n"
+    if window.end is not None:
+        lines += json.dumps({"run": window.run, "end": window.end}, separators=(",", ":")) + "\n"
+    return lines
 
 
 def _merged(windows: list[Window]) -> list[Window]:
