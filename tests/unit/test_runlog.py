@@ -27,7 +27,7 @@ from fabric.infrastructure.runlog import (
     new_run_id,
     schema_path,
 )
-from fabric.infrastructure.runlog.writer import _timestamp, strict_json
+from fabric.infrastructure.runlog.encoding import strict_json, timestamp
 from fabric.infrastructure.sandbox import command_runner
 from fabric.testing import MockOpenAIServer, completion
 from packs.engineering import EngineeringSettings, build
@@ -147,7 +147,7 @@ def test_strict_json_writes_what_the_json_module_writes(options: dict[str, Any])
     ],
 )
 def test_line_timestamps_are_iso_z_to_the_microsecond(moment: datetime) -> None:
-    assert _timestamp(moment) == iso_z(moment, "microseconds")
+    assert timestamp(moment) == iso_z(moment, "microseconds")
 
 
 def test_a_lone_surrogate_stays_valid_utf8_and_round_trips(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 from fabric.infrastructure.packs.run_ledger import open_runs
 
 from .facts import MAX_LINE_BYTES, FactsReader, RunFacts
-from .writer import RUNLOG_NAME, is_run_id
+from .names import RUNLOG_NAME, is_run_id
 
 ARTIFACTS = "artifacts"
 _ARTIFACT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")

@@ -10,155 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import io
 import json
-import math
 import os
-import re
-import secrets
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from importlib import resources
-from importlib.abc import Traversable
-from json.encoder import (  # type: ignore[attr-defined]
-    c_make_encoder,
-    encode_basestring,
-    encode_basestring_ascii,
-)
 from pathlib import Path
 from typing import Any
 
-from fabric.domain import runlog as _format
-from fabric.domain.clock import Clock, iso_z, utc_now
+from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
 
-FORMAT_VERSION = _format.FORMAT_VERSION
-"""The format version every line is written in (``v``); older ones stay readable."""
-READABLE_VERSIONS = _format.READABLE_VERSIONS
-RUNLOG_NAME = "runlog.jsonl"
-
-
-def runlog_path(runs_dir: Path, run_id: str) -> Path:
-    """Where run ``run_id`` keeps its runlog: ``<runs_dir>/<run_id>/runlog.jsonl``. The one
-    place that path is built (the writer, ``fabric run``'s Ctrl-C, the service, the eval)."""
-    return runs_dir / run_id / RUNLOG_NAME
-
+from .encoding import strict_json, timestamp
+from .names import FORMAT_VERSION, is_run_id, runlog_path, safe_file_name, unique_name
+from .reopen import ReplacedTail, last_line
 
 Observer = Callable[[Mapping[str, Any]], None]
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_NAME_CHARS = 120
-
-
-def is_run_id(name: str) -> bool:
-    """Whether ``name`` has the shape of a run id, so it can name a run folder (letters,
-    digits, '.', '_' and '-', starting with a letter or digit; at most 128): no path
-    separators, never '.' or '..'."""
-    return _RUN_ID.fullmatch(name) is not None
-
-
-def new_run_id() -> str:
-    """Sortable by start time to the millisecond, unique enough for concurrent runs:
-    ``20261122T031500.123Z-9f3a1c``."""
-    now = datetime.now(UTC)
-    return f"{now:%Y%m%dT%H%M%S}.{now.microsecond // 1000:03d}Z-{secrets.token_hex(3)}"
-
-
-def schema_path(version: int | None = None) -> Traversable:
-    """The published JSON Schema of one runlog line of format ``version`` (default: the one
-    this fabric writes): ``runlog.schema.json`` for the newest, ``runlog-v<N>.schema.json``
-    for each older one (kept unchanged, so old runlogs can still be checked)."""
-    version = FORMAT_VERSION if version is None else version
-    if version not in READABLE_VERSIONS:
-        known = ", ".join(map(str, READABLE_VERSIONS))
-        raise ValueError(f"no runlog format version {version}; fabric knows {known}")
-    name = "runlog.schema.json" if version == FORMAT_VERSION else f"runlog-v{version}.schema.json"
-    return resources.files("fabric").joinpath(name)
-
-
-def _safe_name(name: str) -> str:
-    """A file name made from ``name`` (which may come from the model): no separators, no
-    leading dots, short enough for any file system; the extension is kept."""
-    safe = _UNSAFE.sub("_", name).strip("._") or "artifact"
-    if len(safe) > _NAME_CHARS:
-        stem, dot, ext = safe.rpartition(".")
-        ext = ext[:16] if dot and stem else ""
-        safe = safe[: _NAME_CHARS - len(ext) - 1].rstrip("._") + (f".{ext}" if ext else "")
-    return safe
-
-
-def _unique(name: str, taken: Callable[[str], bool]) -> str:
-    """``name``, or ``name-2``, ``name-3``, ... (before the extension) if it is taken."""
-    if not taken(name):
-        return name
-    stem, dot, ext = name.rpartition(".")
-    stem, ext = (stem, dot + ext) if dot and stem else (name, "")
-    number = 2
-    while taken(f"{stem}-{number}{ext}"):
-        number += 1
-    return f"{stem}-{number}{ext}"
-
-
-def strict_json(record: Mapping[str, Any], **options: Any) -> str:
-    """Strict JSON (no NaN or Infinity, which most JSON readers refuse): such numbers, e.g.
-    from a tool argument like ``1e999``, are written as text."""
-    encode = _encoder(**options)
-    try:
-        return encode(record)
-    except ValueError:
-        return encode(_finite(record))
-
-
-@functools.lru_cache(maxsize=8)
-def _encoder(**options: Any) -> Callable[[Any], str]:
-    """One encoding function per set of options (``json.dumps`` with options builds an
-    encoder every call). For a compact or default line, the C encoder is made once and called
-    straight, as ``JSONEncoder.encode`` would call it but without making it again on every
-    line; with no circular-reference check, which only changes the error a circular value
-    gets (``_finite`` then recursed without end anyway)."""
-    encoder = json.JSONEncoder(allow_nan=False, default=str, **options)
-    if c_make_encoder is None or set(options) - {"ensure_ascii", "separators"}:
-        return encoder.encode
-    make = c_make_encoder(
-        None,
-        str,
-        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
-        None,
-        encoder.key_separator,
-        encoder.item_separator,
-        False,  # sort_keys
-        False,  # skipkeys
-        False,  # allow_nan
-    )
-    return lambda value: "".join(make(value, 0))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _timestamp(moment: datetime) -> str:
-    """``iso_z(moment, "microseconds")``, the same text at about half the cost for a UTC
-    moment (the clock's): one line of the runlog each."""
-    if moment.tzinfo is not UTC:
-        return iso_z(moment, "microseconds")
-    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031 (the fastest here)
-        moment.year,
-        moment.month,
-        moment.day,
-        moment.hour,
-        moment.minute,
-        moment.second,
-        moment.microsecond,
-    )
 
 
 class _Envelope:
@@ -179,7 +46,7 @@ class _Envelope:
         envelope = {
             "v": FORMAT_VERSION,
             "seq": self._seq,
-            "ts": _timestamp(self._clock()),
+            "ts": timestamp(self._clock()),
             "run_id": self.run_id,
             "kind": kind,
         }
@@ -206,7 +73,7 @@ class JsonlRunLog(_Envelope):
         secrets: Secrets | None = None,
         clock: Clock = utc_now,
     ) -> None:
-        if not _RUN_ID.fullmatch(run_id):
+        if not is_run_id(run_id):
             raise ConfigError(
                 f"run id {run_id!r} cannot name a run folder",
                 hint="use letters, digits, '.', '_' and '-' only (at most 128), or let fabric "
@@ -235,11 +102,11 @@ class JsonlRunLog(_Envelope):
         killed mid-line), and a trailing ``run_finished`` (the run stopped at ``max_steps``),
         whose ``seq`` the first new line takes; the caller records that end in that line
         (``run_resumed.ended``, ADR 0010). Nothing changes until the first line is written; that
-        one replaces the log whole (``_ReplacedTail``), so a kill at any moment leaves the old
+        one replaces the log whole (``ReplacedTail``), so a kill at any moment leaves the old
         log or the new one. Every other complete line stays as it is."""
         data = path.read_bytes()
         complete = data.rfind(b"\n") + 1  # everything after the last newline is torn
-        start, last = _last_line(data[:complete])
+        start, last = last_line(data[:complete])
         if not isinstance(last, Mapping) or not isinstance(last.get("seq"), int):
             raise ConfigError(
                 f"{path} has no complete runlog line to continue from",
@@ -258,7 +125,7 @@ class JsonlRunLog(_Envelope):
             log._file = path.open("a", encoding="utf-8", errors="backslashreplace")
         else:
             log._file = io.TextIOWrapper(
-                _ReplacedTail(path, keep), encoding="utf-8", errors="backslashreplace"
+                ReplacedTail(path, keep), encoding="utf-8", errors="backslashreplace"
             )
         return log
 
@@ -299,7 +166,7 @@ class JsonlRunLog(_Envelope):
     def save_artifact(self, name: str, content: str) -> str:
         folder = self.dir / "artifacts"
         folder.mkdir(exist_ok=True)
-        target = folder / _unique(_safe_name(name), lambda n: (folder / n).exists())
+        target = folder / unique_name(safe_file_name(name), lambda n: (folder / n).exists())
         content = self._secrets.redact(content)
         target.write_text(content, encoding="utf-8", errors="backslashreplace")
         return Path(os.path.relpath(target, self.dir)).as_posix()
@@ -316,89 +183,6 @@ class JsonlRunLog(_Envelope):
             with contextlib.suppress(OSError):
                 self.path.unlink()
                 self.dir.rmdir()
-
-
-def _last_line(data: bytes) -> tuple[int, Any]:
-    """Where the last line of ``data`` that holds JSON starts, and its value (None: there is
-    none); blank and unreadable lines after it are passed over."""
-    stop = len(data)
-    while stop > 0:
-        start = data.rfind(b"\n", 0, stop - 1) + 1
-        with contextlib.suppress(ValueError):
-            if data[start:stop].strip():
-                return start, json.loads(data[start:stop])
-        stop = start
-    return 0, None
-
-
-class _ReplacedTail(io.BufferedIOBase):
-    """The bytes of a reopened runlog whose end, from offset ``keep`` on, gives way to what is
-    written next. Nothing changes until the first flush, which writes the first ``keep`` bytes
-    of the log and the new ones to a file beside it, syncs it to disk and renames it over the
-    log (``_replace``): a reader or a crash sees the whole old log or the whole new one, never
-    a mix. Later writes append to the new log."""
-
-    def __init__(self, path: Path, keep: int) -> None:
-        super().__init__()
-        self._path, self._keep = path, keep
-        self._pending = bytearray()
-        self._out: io.BufferedWriter | None = None
-
-    @property
-    def name(self) -> str:
-        return str(self._path)
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        if self._out is not None:
-            return self._out.write(data)
-        self._pending += data
-        return len(data)
-
-    def flush(self) -> None:
-        if self._out is not None:
-            self._out.flush()
-        elif self._pending:
-            self._out = _replace(self._path, self._keep, bytes(self._pending))
-            self._pending.clear()
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self.flush()
-        finally:
-            out, self._out = self._out, None
-            if out is not None:
-                out.close()
-            super().close()
-
-
-def _replace(path: Path, keep: int, tail: bytes) -> io.BufferedWriter:
-    """Replace the file at ``path`` with its first ``keep`` bytes followed by ``tail``,
-    atomically (a new file beside it, fsync, rename over, fsync of the folder); the new file is
-    returned open for appending."""
-    new = path.with_name(f".{path.name}.new")  # a leftover of a killed attempt is overwritten
-    with path.open("rb") as source, new.open("wb") as target:
-        left = keep
-        while left > 0 and (chunk := source.read(min(left, 1 << 20))):
-            target.write(chunk)
-            left -= len(chunk)
-        if left:
-            raise OSError(f"{path} is shorter than when it was reopened")
-        target.write(tail)
-        target.flush()
-        os.fsync(target.fileno())
-    new.replace(path)
-    with contextlib.suppress(OSError):  # the rename made durable, where the system allows it
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
-    return path.open("ab")
 
 
 class MemoryRunLog(_Envelope):
@@ -419,7 +203,9 @@ class MemoryRunLog(_Envelope):
         self.events.append(json.loads(strict_json(self._record(kind, data))))
 
     def save_artifact(self, name: str, content: str) -> str:
-        ref = "artifacts/" + _unique(_safe_name(name), lambda n: f"artifacts/{n}" in self.artifacts)
+        ref = "artifacts/" + unique_name(
+            safe_file_name(name), lambda n: f"artifacts/{n}" in self.artifacts
+        )
         self.artifacts[ref] = content
         return ref
 

@@ -17,7 +17,7 @@ from fabric.config.telemetry import TraceSettings
 from fabric.domain.errors import TelemetryError
 from fabric.domain.secrets import Secrets
 from fabric.infrastructure.runlog import RUNLOG_NAME, read_runlog
-from fabric.infrastructure.runlog.writer import is_run_id
+from fabric.infrastructure.runlog.names import is_run_id
 
 from .pipeline import ExportProblems, destination_of, exporters, hearing, tracing
 from .spans import SpanTranslator

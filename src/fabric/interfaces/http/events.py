@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from fabric.infrastructure.runlog.writer import strict_json
+from fabric.infrastructure.runlog.encoding import strict_json
 
 _DIGITS = re.compile(r"[0-9]{1,18}")
 # Characters JSON leaves raw that some line readers (e.g. Python's str.splitlines) split on.

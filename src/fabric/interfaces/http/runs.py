@@ -19,8 +19,8 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from fabric.domain.tasks import QUEUED
+from fabric.infrastructure.runlog.names import is_run_id
 from fabric.infrastructure.runlog.tail import follow_runlog
-from fabric.infrastructure.runlog.writer import is_run_id
 
 from .events import last_event_id, queued_note, sse_comment, sse_event, sse_message
 from .runs_view import Row, RunsView, no_such_run

@@ -19,7 +19,7 @@ from fabric.domain.errors import ConfigError
 from fabric.domain.tasks import AWAITING_APPROVAL, QUEUED, STATUSES, TaskRecord
 from fabric.infrastructure.runlog.facts import RunFacts
 from fabric.infrastructure.runlog.index import RunIndex
-from fabric.infrastructure.runlog.writer import is_run_id
+from fabric.infrastructure.runlog.names import is_run_id
 
 UNREADABLE = "unreadable"
 RUN_STATUSES = frozenset(STATUSES | {UNREADABLE})

@@ -1,0 +1,78 @@
+"""How a runlog line is written: strict JSON, made fast (one C encoder per set of options),
+and the UTC time stamp each line carries."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
+from typing import Any
+
+from fabric.domain.clock import iso_z
+
+
+def strict_json(record: Mapping[str, Any], **options: Any) -> str:
+    """Strict JSON (no NaN or Infinity, which most JSON readers refuse): such numbers, e.g.
+    from a tool argument like ``1e999``, are written as text."""
+    encode = _encoder(**options)
+    try:
+        return encode(record)
+    except ValueError:
+        return encode(_finite(record))
+
+
+@functools.lru_cache(maxsize=8)
+def _encoder(**options: Any) -> Callable[[Any], str]:
+    """One encoding function per set of options (``json.dumps`` with options builds an
+    encoder every call). For a compact or default line, the C encoder is made once and called
+    straight, as ``JSONEncoder.encode`` would call it but without making it again on every
+    line; with no circular-reference check, which only changes the error a circular value
+    gets (``_finite`` then recursed without end anyway)."""
+    encoder = json.JSONEncoder(allow_nan=False, default=str, **options)
+    if c_make_encoder is None or set(options) - {"ensure_ascii", "separators"}:
+        return encoder.encode
+    make = c_make_encoder(
+        None,
+        str,
+        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        False,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+    return lambda value: "".join(make(value, 0))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def timestamp(moment: datetime) -> str:
+    """``iso_z(moment, "microseconds")``, the same text at about half the cost for a UTC
+    moment (the clock's): one line of the runlog each."""
+    if moment.tzinfo is not UTC:
+        return iso_z(moment, "microseconds")
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (  # noqa: UP031 (the fastest here)
+        moment.year,
+        moment.month,
+        moment.day,
+        moment.hour,
+        moment.minute,
+        moment.second,
+        moment.microsecond,
+    )
