@@ -30,7 +30,7 @@ from .pack import Brief, Briefing, Pack
 from .ports import Approver, ChatClient, Summarize, Tool, ToolChange, ToolUpdates
 from .replay.divergence import ReplayState
 from .replay.offers import UnavailableTool
-from .replay.recorded import recorded_response
+from .replay.replies import recorded_response
 from .verify import RunRecord, Verdict, Verifier
 
 JSON = Any

@@ -1,12 +1,13 @@
 """Re-driving a recorded run: ``fabric replay``.
 
 The loop runs again with a chat client that answers with the recorded model responses, in
-order, and (by default) tools that answer with the recorded tool results, so nothing outside
-the runlog is touched (``recorded.py``). At every model call the client checks that what the
-loop would send now (the whole history and the tool definitions) equals what was sent then,
-rebuilt from the runlog (``recording.py``); a watcher on the replay's own runlog checks that the
-tool calls and the policy's verdicts are the recorded ones, and a call the policy asks a person
-about gets the recorded answer (``RecordedApprover``). The first difference is the
+order (``replies.py``), and (by default) tools that answer with the recorded tool results
+(``tools.py``), and the pack's checks with their recorded verdicts (``checks.py``), so nothing
+outside the runlog is touched. At every model call the client checks that what the loop would
+send now (the whole history and the tool definitions) equals what was sent then, rebuilt from
+the runlog (``recording.py``); a watcher on the replay's own runlog checks that the tool calls
+and the policy's verdicts are the recorded ones (``watching.py``), and a call the policy asks a
+person about gets the recorded answer (``RecordedApprover``). The first difference is the
 divergence the replay reports (``divergence.py``); at the end the step count, status and
 payload are compared too.
 """
@@ -28,17 +29,13 @@ from fabric.application.pack import Pack
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.models import RunResult
 
+from .checks import recorded_brief, recorded_verifiers
 from .divergence import Diverged, Divergence, ReplayState, first_difference, plain
 from .offers import RecordedOffers, recorded_mcp
-from .recorded import (
-    RecordedSummaries,
-    ReplayChatClient,
-    WatchingRunLog,
-    recorded_brief,
-    recorded_tools,
-    recorded_verifiers,
-)
 from .recording import Recording
+from .replies import RecordedSummaries, ReplayChatClient
+from .tools import recorded_tools
+from .watching import WatchingRunLog
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 (``interrupted``), or one that stopped at its step limit (``max_steps``, resumed with a higher
 ``max_steps``), goes on with the same task id, run id, runlog and workspace, as ``fabric
 resume`` does
-(``application/resume.py``): the steps its runlog holds complete are fed back from the log,
+(``application/resume/``): the steps its runlog holds complete are fed back from the log,
 without asking the model again, and the run continues from there.
 
 The task goes back to ``queued``, then ``running``; its event stream goes on in the same

@@ -303,7 +303,7 @@ class TaskService(Generic[R]):
         """Whether the task is still queued or running here (its runlog may still grow)."""
         return self.executor.holds(task_id)
 
-    def _saw(self, task_id: str, event: Mapping[str, Any]) -> None:
+    def saw(self, task_id: str, event: Mapping[str, Any]) -> None:
         """A task's run wrote ``event``: note its step and model, wake its event streams."""
         if event["kind"] == "llm_request":
             self.progress[task_id] = int(event.get("step", 0))

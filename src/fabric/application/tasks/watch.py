@@ -3,26 +3,46 @@ its steps; the model's text, as it streams, goes to whoever listens (the run con
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol
 
 from fabric.domain.models import ChatDelta
 
-if TYPE_CHECKING:
-    from .service import TaskService
+from .ports import Runs
 
 Listener = Callable[[dict[str, Any]], None]
 """Gets each piece of a task's streamed model text: ``{"step": n, "text": "..."}``."""
 
 
+class Watched(Protocol):
+    """What a task's watch needs of the service running the task (``TaskService`` fits it)."""
+
+    @property
+    def runner(self) -> Runs: ...
+
+    @property
+    def progress(self) -> Mapping[str, int]:
+        """Steps so far of running tasks."""
+        ...
+
+    @property
+    def listeners(self) -> Mapping[str, Collection[Listener]]:
+        """Who listens to each running task's streamed text."""
+        ...
+
+    def saw(self, task_id: str, event: Mapping[str, Any]) -> None:
+        """The task's run wrote ``event``."""
+        ...
+
+
 class TaskWatch:
     """The ``RunObserver`` of one task's run."""
 
-    def __init__(self, service: TaskService[Any], task_id: str) -> None:
+    def __init__(self, service: Watched, task_id: str) -> None:
         self._service, self._task_id = service, task_id
 
     def event(self, event: Mapping[str, Any]) -> None:
-        self._service._saw(self._task_id, event)
+        self._service.saw(self._task_id, event)
 
     def delta(self, delta: ChatDelta) -> None:
         """Text streamed by the model goes to the task's listeners, with the step it belongs
