@@ -33,7 +33,7 @@ import overhead as o  # noqa: E402
 
 import fabric  # noqa: E402
 from fabric.application.job import Control, RunRequest  # noqa: E402
-from fabric.infrastructure.durable.engine import DurableRuns  # noqa: E402
+from fabric.infrastructure.durable.runs import DurableRuns  # noqa: E402
 
 TARGET = 1.3
 

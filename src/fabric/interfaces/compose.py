@@ -26,7 +26,7 @@ from fabric.interfaces.runner import Runner
 
 if TYPE_CHECKING:  # the task service (and structlog) load only for fabric serve
     from fabric.application.tasks import TaskService
-    from fabric.infrastructure.durable.engine import DurableRuns
+    from fabric.infrastructure.durable.runs import DurableRuns
     from fabric.infrastructure.durable.tasks import DbosTasks
 
 __all__ = [
@@ -132,7 +132,7 @@ def build_service(
     tasks = durable_tasks(loaded, runner, runs_tasks=runs_tasks)
     return TaskService(
         runner,
-        tasks,
+        tasks.store,
         workspace_roots=roots,
         max_task_chars=settings.max_task_chars,
         executor=tasks.executor,
@@ -160,7 +160,7 @@ def durable_runs(loaded: LoadedConfig, runner: Runner) -> DurableRuns:
     """``runner``'s runs as durable runs on the config's database (ADR 0020), for `fabric run
     --durable`, `fabric worker` and a durable service; DBOS loads only here."""
     import fabric
-    from fabric.infrastructure.durable.engine import DurableRuns
+    from fabric.infrastructure.durable.runs import DurableRuns
 
     url = database_url(loaded.config.serve.durable_database, loaded.base_dir)
     return DurableRuns(url, version=fabric.__version__, run=runner.run, secrets=runner.secrets)

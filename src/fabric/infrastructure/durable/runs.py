@@ -1,6 +1,7 @@
-"""DBOS as the recorder of durable runs (ADR 0020): one workflow per run (its id is the run
-id), each outside effect of the run one DBOS step (``DbosCheckpoints``), values stored as
-JSON. SQLite in WAL mode by default; any SQLAlchemy URL DBOS takes (Postgres) otherwise.
+"""Durable runs on DBOS (ADR 0020): ``DurableRuns`` runs each run as one workflow (its id is
+the run id) whose steps are the run's outside effects (``checkpoints.py``), on the database
+DBOS was launched with (``launch.py``: SQLite in WAL mode by default, any SQLAlchemy URL DBOS
+takes, Postgres, otherwise).
 
 A process launches DBOS once (``DurableRuns``) with an executor id of its own (host, process
 id, a random part), so it never takes over a run another live process is driving; a run whose
@@ -10,19 +11,12 @@ process died is continued on request (``continue_run``) once that process is gon
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import functools
-import json
-import logging
-import os
-import socket
-import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
-from dbos import DBOS, DBOSConfig, Serializer, SetWorkflowID
+from dbos import DBOS, SetWorkflowID
 
 from fabric.application.job import Control, RunRequest
 from fabric.config.schema import Budget
@@ -30,13 +24,9 @@ from fabric.domain.errors import ConfigError, RunError
 from fabric.domain.models import RunResult, RunStatus, Usage
 from fabric.domain.secrets import Secrets
 
-from .where import ENV_URL, shown, sqlite_path
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
-
-_log = logging.getLogger(__name__)
-_T = TypeVar("_T")
+from .checkpoints import DbosCheckpoints
+from .launch import executor_id, launch, owner_alive
+from .where import shown
 
 WORKFLOW = "fabric.run"
 """The name the run workflow is registered under (and recorded with)."""
@@ -59,118 +49,6 @@ redacted; a run continued in another process goes on with that)."""
 _fallback: dict[str, tuple[RunFn, Control, Secrets, RunRequest | None]] = {}
 """What drives a run this process dequeues without having asked for it (one another process
 put back on the queue): this process's runner, with nobody to ask (``"run"``)."""
-
-
-class JsonSerializer(Serializer):
-    """DBOS's values as JSON: its default, pickle, would make a shared database a way to run
-    code in every process that reads it."""
-
-    def serialize(self, data: Any) -> str:
-        return json.dumps(data, ensure_ascii=False, default=str)
-
-    def deserialize(self, serialized_data: str) -> Any:
-        return json.loads(serialized_data)
-
-    def name(self) -> str:
-        return "fabric_json"
-
-
-def unrecorded_now(call: Callable[[], _T]) -> _T:
-    """``call`` in a fresh context: a DBOS call made from inside a workflow would otherwise be
-    recorded as one of its steps (and the steps of a run must be the same on every drive)."""
-    return contextvars.Context().run(call)
-
-
-async def unrecorded(make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
-    """The coroutine ``make()`` run in a fresh context (see ``unrecorded_now``)."""
-    return await asyncio.create_task(make(), context=contextvars.Context())
-
-
-class DbosCheckpoints:
-    """``Checkpoints`` on DBOS steps. What a step records is redacted of ``secrets`` (as the
-    runlog is); the run that took the step goes on with what it really got.
-
-    A call that only looks is no DBOS step of its own (each costs two database round trips):
-    its value rides with the next step's record, ``{"value": ..., "looks": [[name, value]]}``.
-    A drive after a crash reads the workflow's records once, when it reaches its first look,
-    and hands back the looks recorded with the step it reaches next; past the last record it
-    makes every call."""
-
-    def __init__(self, secrets: Secrets) -> None:
-        self._secrets = secrets
-        self._steps = 0
-        """DBOS steps this drive has reached."""
-        self._looks: list[list[Any]] = []
-        """The looks made since the last step, to be recorded with the next one."""
-        self._handed = 0
-        """Looks handed back from the record of the next step."""
-        self._records: list[Any] | None = None
-        """What the workflow's steps recorded, read at the first look; [] once past them."""
-
-    async def step(
-        self, name: str, call: Callable[[], Awaitable[Any]], *, looks: bool = False
-    ) -> Any:
-        if looks:
-            return await self._look(name, call)
-        got: list[Any] = []
-        riding = self._looks
-
-        async def run() -> Any:  # DBOS awaits what a coroutine function returns, only that
-            got.append(await call())
-            return {"value": self._secrets.redact_obj(got[0]), "looks": riding}
-
-        recorded = await DBOS.run_step_async({"name": name}, run)
-        self._steps += 1
-        self._looks, self._handed = [], 0
-        return got[0] if got else recorded["value"]
-
-    async def _look(self, name: str, call: Callable[[], Awaitable[Any]]) -> Any:
-        ahead = await self._recorded_looks()
-        if self._handed < len(ahead):
-            recorded, value = ahead[self._handed]
-            if recorded != name:
-                raise RunError(
-                    f"durable run {DBOS.workflow_id} went another way than recorded: "
-                    f"{recorded} was recorded where it now calls {name}",
-                    hint="a run can be continued only by the fabric version that began it",
-                )
-            self._handed += 1
-            return value
-        value = await call()
-        self._looks.append([name, self._secrets.redact_obj(value)])
-        return value
-
-    async def _recorded_looks(self) -> list[Any]:
-        """The looks recorded with the step this drive reaches next ([] past the records)."""
-        if self._records is None:
-            read = functools.partial(DBOS.list_workflow_steps_async, str(DBOS.workflow_id))
-            self._records = [step["output"] for step in await unrecorded(read)]
-        if self._steps >= len(self._records):
-            self._records = []  # past them for good: the drive makes every call from here
-            return []
-        record = self._records[self._steps]
-        return list(record.get("looks") or ()) if isinstance(record, dict) else []
-
-
-def _engine(url: str) -> sa.Engine | None:
-    """For SQLite: an engine whose connections use WAL and ``synchronous=NORMAL`` (DBOS sets
-    neither; each recorded step commits, ~3x faster so) and wait for a busy database."""
-    path = sqlite_path(url)
-    if path is None:
-        return None
-    import sqlalchemy as sa
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, connect_args={"timeout": 30})
-
-    @sa.event.listens_for(engine, "connect")
-    def _pragmas(connection: Any, _record: Any) -> None:
-        cursor = connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    return engine
 
 
 def _result_json(result: RunResult) -> dict[str, Any]:
@@ -245,27 +123,6 @@ def _request_json(request: RunRequest) -> dict[str, Any]:
     }
 
 
-def executor_id() -> str:
-    """This process: host, process id and a random part (a reused pid is another process)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def owner_alive(owner: str | None) -> bool | None:
-    """Whether the process that owns a run is alive: True or False on this host, None when
-    it is another host's (or unknown)."""
-    host, _, rest = (owner or "").partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class DurableRuns:
     """DBOS, launched for this process on one database, running ``run`` (``Runner.run``) as
     durable runs. ``start`` before use, ``stop`` at the end (or ``async with``)."""
@@ -311,29 +168,7 @@ class DurableRuns:
     def _launch(self, queues: bool) -> None:
         """``queues``: whether this process takes tasks from the task queues."""
         _register()
-        config: DBOSConfig = {
-            "name": "fabric",
-            "system_database_url": self.url,
-            "executor_id": self.executor,
-            "application_version": self.version,
-            "serializer": JsonSerializer(),
-            "log_level": "WARNING",
-        }
-        engine = _engine(self.url)
-        if engine is not None:
-            config["system_database_engine"] = engine
-        try:
-            DBOS(config=config)
-            if not queues:
-                DBOS.listen_queues([])
-            DBOS.launch()
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                DBOS.destroy()
-            raise ConfigError(
-                f"cannot open the database of durable runs ({self.where()}): {exc}",
-                hint=f"check serve.durable_database in fabric.yaml or ${ENV_URL}",
-            ) from exc
+        launch(self.url, executor=self.executor, version=self.version, queues=queues)
         self._launched = True
         _fallback["run"] = (self._run, Control(), self._secrets, None)
 
