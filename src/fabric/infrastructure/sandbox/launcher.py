@@ -110,7 +110,7 @@ def main() -> NoReturn:
     set_limits(spec.get("limits", {}))
     if spec["mode"] == "bwrap":
         exec_bwrap(spec)
-    # confine.py, beside us: only the Landlock and none backends need it
+    # the confine package, beside us: only the Landlock and none backends need it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     importlib.import_module("confine").supervise(spec, fail)
     fail("the command's supervisor returned")

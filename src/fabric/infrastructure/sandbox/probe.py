@@ -24,7 +24,7 @@ from fabric.domain.errors import SandboxError
 from fabric.infrastructure.llm.probe_cache import default_path, write_json_atomic
 
 from . import cgroup, seccomp
-from .confine import landlock_abi
+from .confine.landlock import landlock_abi
 from .runner import Backend, launch_argv
 
 INSTALL_HINT = (

@@ -151,7 +151,7 @@ def landlock_rules(
     ``hidden_paths`` gives them; their parent folders are then granted child by child, so they
     stay unlistable themselves, and no symlink is granted), write to the workspace, the
     private temp folder and /dev/shm (POSIX semaphores), and /dev/null. Every path is a real
-    one: the launcher grants none that has become a link since (``confine._add_rule``)."""
+    one: the launcher grants none that has become a link since (``confine.landlock._add_rule``)."""
     read = _read_grants(Path("/"), [p for p in hidden if not inside(p, workspace)])
     return {
         "read": [str(p) for p in read],
@@ -167,7 +167,7 @@ def _read_grants(root: Path, hidden: Sequence[Path]) -> list[Path]:
     link to a hidden place, to a folder on the way to one or to ``/`` would open it; a link is
     followed inside the sandbox anyway, and what it leads to is readable where that lies (or
     not, when hidden). The launcher grants each path only if it is still the one listed here
-    (``confine.apply_landlock``): no link put on the way since counts either."""
+    (``confine.landlock.apply_landlock``): no link put on the way since counts either."""
     if not hidden:
         return [root]
     grants: list[Path] = []
