@@ -1,27 +1,27 @@
 """``Runner``: runs tasks with the packs of one config, the same for every way in (the CLI, the
-HTTP task service, the eval, replay). Built by ``compose.build_runner``."""
+HTTP task service, the eval, replay). Built by ``compose.build_runner``. Resuming, recovering
+and delegating runs: ``resumes.py``; the checks and settings of one request:
+``run_request.py``."""
 
 from __future__ import annotations
 
 import dataclasses
-import shlex
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fabric.application.additions import Addition, joined, restored
+from fabric.application.additions import Addition
 from fabric.application.commands import CommandRunner
 from fabric.application.execute_task import execute_task
 from fabric.application.job import Control, Job, RunRequest
-from fabric.application.ports import RunObserver, Tool
+from fabric.application.ports import RunObserver
 from fabric.application.resolve import Resolution
 from fabric.application.workspaces import check_workspace
 from fabric.config.loader import LoadedConfig
-from fabric.config.schema import Budget, Limits, ToolSearchSettings
 from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
-from fabric.domain.models import RunResult, RunStatus
+from fabric.domain.models import RunResult
 from fabric.domain.secrets import Secrets
 from fabric.infrastructure.llm.backends import Backends
 from fabric.infrastructure.packs.registry import LoadedPack, load_pack
@@ -34,21 +34,20 @@ from fabric.infrastructure.runlog import (
 )
 from fabric.infrastructure.runlog.writer import Observer
 from fabric.infrastructure.sandbox import command_runner
-from fabric.infrastructure.tools.search_check import search_problem
 from fabric.interfaces.model_resolver import ChatFactory, ModelResolver
 from fabric.interfaces.run_setup import CommandFactory, RunSetup
 
+from .resumes import Resumes
+from .run_request import check_search, check_verify, run_limits, run_tool_search, verify_meta
+
 if TYPE_CHECKING:  # a run needs none: loaded when a replay, resume or durable run asks
-    from fabric.application.delegation import Parent
     from fabric.application.durable import Checkpoints
-    from fabric.application.pack import Pack
     from fabric.application.replay import Recording, ReplayReport
-    from fabric.application.resume import ResumePlan
     from fabric.infrastructure.mcp.toolbox import McpToolbox
 
 
 @dataclass
-class Runner:
+class Runner(Resumes):
     """Runs tasks with the packs of one config. ``aclose`` stops what it started."""
 
     loaded: LoadedConfig
@@ -145,8 +144,8 @@ class Runner:
         folder = check_workspace(
             request.workspace or Path.cwd(), self.loaded, runs_dir=self.runs_dir, roots=roots
         )
-        _check_verify(loaded_pack, request.verify, remote=remote)
-        await _check_search(request.pack, loaded_pack)
+        check_verify(loaded_pack, request.verify, remote=remote)
+        await check_search(request.pack, loaded_pack)
         return folder
 
     async def run(
@@ -166,7 +165,7 @@ class Runner:
         parent = request.parent
         if parent is not None:
             loaded_pack = loaded_pack.within(parent.sandbox)
-        limits = _limits(loaded_pack.settings.limits, request.max_steps, request.budget)
+        limits = run_limits(loaded_pack.settings.limits, request.max_steps, request.budget)
         run_id = request.run_id or new_run_id()
         recovered = None
         if checkpoints is not None:
@@ -197,13 +196,13 @@ class Runner:
                 loaded_pack.settings.sandbox,
                 meta={
                     **self.setup.meta(session.resolution),
-                    **_verify_meta(request.verify),
+                    **verify_meta(request.verify),
                     **session.meta(),
                     **({"durable": True} if checkpoints is not None else {}),
                     **({"parent": parent.as_json()} if parent is not None else {}),
                 },
                 outer_policies=parent.policies if parent is not None else (),
-                tool_search=_tool_search(loaded_pack, pack, session.tools),
+                tool_search=run_tool_search(loaded_pack, pack, session.tools),
             )
             kit = session.kit
             if checkpoints is not None:
@@ -218,138 +217,6 @@ class Runner:
                         kit, runlog=ResumingRunLog(kit.runlog, recovered, state)
                     )
             return await execute_task(job, kit, control)
-
-    def with_delegates(
-        self, pack: Pack, loaded_pack: LoadedPack, parent: Parent | None, control: Control
-    ) -> Pack:
-        """``pack`` with a ``delegate_<name>`` tool for each pack it may delegate to, for a
-        run started by a person (``parent`` None) or delegated by ``parent``."""
-        names = loaded_pack.settings.delegates
-        if not names:
-            return pack
-        from fabric.application.delegation import DelegateTool, Lineage
-
-        own = loaded_pack.settings.limits.max_depth
-        lineage = (
-            Lineage(0, own, (), control.approver)
-            if parent is None
-            else Lineage(parent.depth, min(parent.max_depth, parent.depth + own),
-                         parent.policies, control.approver)
-        )  # fmt: skip
-        packs = self.loaded.config.packs
-        tools = [DelegateTool(n, packs[n].description, self.delegated, lineage) for n in names]
-        return dataclasses.replace(pack, tools=(*pack.tools, *tools))
-
-    async def delegated(self, pack: str, task: str, parent: Parent) -> RunResult:
-        """A sub-run of ``pack`` doing ``task`` for ``parent`` (a delegation tool's call):
-        in its workspace, cancelled with it, its asks answered by whoever answers the
-        parent's, its spending counted against the parent's budget. When the call is made
-        again (the parent resumed or recovered), the sub-run it started is followed: its
-        result when it ended, else it goes on where it stopped."""
-        import asyncio
-
-        from fabric.application.resume import ended, logged_result
-
-        control = Control(cancel=parent.cancel, approver=parent.approver, spending=parent.spending)
-        path = self.runlog_path(parent.child_id)
-        if not path.exists():
-            request = RunRequest(
-                pack, task, workspace=parent.workspace, parent=parent, run_id=parent.child_id
-            )
-            return await self.run(request, control)
-        events = await asyncio.to_thread(self.read_runlog, path)
-        end = ended(events)
-        if end is not None and end.get("status") != RunStatus.CANCELLED.value:
-            return logged_result(end, parent.child_id, str(path), default=RunStatus.FAILED)
-        return await self.resume(events, path, control=control, parent=parent)
-
-    async def _recovered(
-        self, run_id: str, looks: Collection[str]
-    ) -> ResumePlan | RunResult | None:
-        """For a durable run whose runlog exists: how far it got (its process died), or, when
-        the log holds its end (the process died as the run ended), how it ended. ``looks``:
-        the pack's tools that only look (``recovered_plan``)."""
-        import asyncio
-
-        from fabric.application.resume import ended, logged_result, recovered_plan
-
-        path = self.runlog_path(run_id)
-        if not path.exists():
-            return None
-        events = await asyncio.to_thread(self.read_runlog, path)
-        end = ended(events)
-        if end is not None:
-            return logged_result(end, run_id, str(path), default=RunStatus.FAILED)
-        return recovered_plan(events, looks)
-
-    def _reopen(self, path: Path, observers: Sequence[Observer]) -> JsonlRunLog:
-        try:
-            return JsonlRunLog.reopen(path, *observers, secrets=self.secrets, clock=self.clock)
-        except OSError as exc:
-            raise ConfigError(f"cannot append to {path}: {exc}") from exc
-
-    async def resume(
-        self,
-        events: Sequence[Mapping[str, Any]],
-        path: Path,
-        *,
-        max_steps: int | None = None,
-        control: Control | None = None,
-        parent: Parent | None = None,
-    ) -> RunResult:
-        """Continue the run whose runlog (at ``path``) holds ``events``: same run id, pack,
-        workspace and model, appending to the same log (see ``application/resume.py``).
-        ``control.approver`` answers the policy's asks in the new steps (the redone ones get
-        their recorded answers). A delegated run goes on only for its ``parent``, within what
-        that allows (``delegated``)."""
-        control = self._control(control)
-        from fabric.application.resume import plan_resume, resume_task
-
-        first = next((e for e in events if e.get("kind") == "run_started"), {})
-        link = first.get("parent")
-        if isinstance(link, Mapping) and (parent is None or link.get("run_id") != parent.run_id):
-            raise ConfigError(
-                f"run {first.get('run_id')} was delegated by run {link.get('run_id')}: it goes "
-                "on only as part of that run, within its sandbox, policy and budget",
-                hint=f"resume run {link.get('run_id')}: it goes on with this one",
-            )
-        plan = plan_resume(events, max_steps)
-        started = plan.started
-        loaded_pack = self.pack_for(started)
-        if parent is not None:
-            loaded_pack = loaded_pack.within(parent.sandbox)
-        await _check_search(str(started.get("pack", "")), loaded_pack)
-        folder = Path(str(started.get("workspace", "")))
-        if not folder.is_dir():
-            raise ConfigError(
-                f"the run's workspace {folder} is not a folder any more",
-                hint="restore the workspace, or start a new run",
-            )
-        folder = check_workspace(folder, self.loaded, runs_dir=self.runs_dir)
-        model = started.get("model") or None
-        backend = (started.get("backend") or {}).get("name") if self.chat_factory is None else None
-
-        def open_log() -> JsonlRunLog:
-            return self._reopen(path, control.events())
-
-        async with self.setup.session(loaded_pack, folder, backend, model, open_log) as session:
-            return await resume_task(
-                plan,
-                pack=self.with_delegates(
-                    joined(loaded_pack.pack, restored(session.additions, plan.events)),
-                    loaded_pack,
-                    parent,
-                    control,
-                ),
-                workspace=folder,
-                kit=session.kit,
-                control=control,
-                run_dir=path.parent,
-                sandbox=loaded_pack.settings.sandbox,
-                mcp=session.tools,
-                meta=session.meta(),
-                outer_policies=parent.policies if parent is not None else (),
-            )
 
     @property
     def protected_paths(self) -> tuple[Path, ...]:
@@ -422,51 +289,3 @@ class Runner:
 
     async def aclose(self) -> None:
         await self.backends.aclose()
-
-
-async def _check_search(name: str, loaded_pack: LoadedPack) -> None:
-    """Refuse a run of a pack whose web_search cannot work: every search would fail steps
-    later, after the model was loaded and asked."""
-    problem = await search_problem(name, loaded_pack)
-    if problem is not None:
-        raise problem
-
-
-def _tool_search(loaded_pack: LoadedPack, pack: Pack, mcp: Sequence[Tool]) -> ToolSearchSettings:
-    """The pack's tool search for a run of ``pack`` (ADR 0028): the tools that are not its
-    MCP servers' are offered always, unless the settings have them searched too."""
-    served = {t.spec.name for t in mcp}
-    own = [t.spec.name for t in pack.tools if t.spec.name not in served]
-    return loaded_pack.settings.tool_search.for_run(own)
-
-
-def _check_verify(loaded_pack: LoadedPack, verify: str | None, *, remote: bool) -> None:
-    """A command that cannot be parsed is refused now, not when the task runs. A remote
-    caller's check may use only what the pack's commands may (its allowed programs)."""
-    loaded_pack.for_run(verify)
-    if not remote or verify is None or verify.strip() == "off":
-        return
-    program = shlex.split(verify)[0]
-    allowed = loaded_pack.settings.sandbox.allowed_commands
-    if program not in allowed:
-        raise ConfigError(
-            f"verify: {program!r} is not one of the allowed commands of pack "
-            f"{loaded_pack.pack.name!r}, so a task may not run it",
-            hint=f"use one of: {', '.join(allowed)}; or 'off'" if allowed else "use 'off'",
-        )
-
-
-def _verify_meta(verify: str | None) -> dict[str, str]:
-    """A task's own verification, kept in ``run_started`` so a resumed run checks the same."""
-    return {} if verify is None else {"verify_override": verify}
-
-
-def _limits(limits: Limits, max_steps: int | None, budget: Budget | None = None) -> Limits:
-    """The pack's limits with a run's own: its step limit, and its budget (tightening)."""
-    if budget is not None:
-        limits = limits.model_copy(update={"budget": limits.budget.tightened(budget)})
-    if max_steps is None:
-        return limits
-    if max_steps < 1:
-        raise ConfigError("--max-steps must be at least 1")
-    return limits.model_copy(update={"max_steps": max_steps})
