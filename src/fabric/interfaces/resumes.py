@@ -144,7 +144,7 @@ class Resumes:
         parent: Parent | None = None,
     ) -> RunResult:
         """Continue the run whose runlog (at ``path``) holds ``events``: same run id, pack,
-        workspace and model, appending to the same log (see ``application/resume.py``).
+        workspace and model, appending to the same log (see ``application/resume/``).
         ``control.approver`` answers the policy's asks in the new steps (the redone ones get
         their recorded answers). A delegated run goes on only for its ``parent``, within what
         that allows (``delegated``)."""
