@@ -179,12 +179,12 @@ class RunSetup:
         confining = asyncio.ensure_future(
             asyncio.to_thread(self._confinement, loaded_pack, workspace)
         )
-        logging = asyncio.ensure_future(asyncio.to_thread(_logged, open_log, workspace))
+        opening = asyncio.ensure_future(asyncio.to_thread(_logged, open_log, workspace))
         try:
-            logged = await asyncio.shield(logging)  # cancelled: its thread still finishes
+            logged = await asyncio.shield(opening)  # cancelled: its thread still finishes
         except BaseException:
             confining.add_done_callback(_retrieved)  # its outcome no longer matters
-            logging.add_done_callback(_undone)
+            opening.add_done_callback(_undone)
             raise
         try:
             return await confining, logged
