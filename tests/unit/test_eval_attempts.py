@@ -322,7 +322,8 @@ def test_neither_runs_nor_checks_can_read_the_suite(tmp_path: Path, backend: str
     [record] = report.run.finished
     refused = ("No such file", "Permission denied")  # bubblewrap / Landlock
     # it claimed the copy was done (no check could confirm it) and the case's check failed
-    assert record.unconfirmed_failure and any(r in record.checks[0].evidence for r in refused)
+    assert record.unconfirmed_failure, record.checks
+    assert any(r in record.checks[0].evidence for r in refused), record.checks
     events = read_events(tmp_path / "out" / record.runlog)
     assert events[0]["confinement"]["backend"] == backend
     [result] = [e for e in events if e["kind"] == "tool_result"]

@@ -59,6 +59,14 @@ def restored(
     return tuple(a.restore(events) if a.restore is not None else a for a in additions)
 
 
+def as_recorded(
+    pack: Pack, additions: Sequence[Addition], events: Sequence[Mapping[str, Any]] | None
+) -> Pack:
+    """``pack`` joined with ``additions``, as the run recorded in ``events`` had them when they
+    are given (a run driven again, resumed or replayed: ``restored``), else as they are now."""
+    return joined(pack, additions if events is None else restored(additions, events))
+
+
 def started_in(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The ``run_started`` among the events a ``restore`` is given ({}: none)."""
     return next((e for e in events if e.get("kind") == "run_started"), {})

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from fabric.application.additions import Addition, joined, restored
+from fabric.application.additions import Addition, as_recorded
 from fabric.application.additions import recorded as recorded_additions
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Control, Kit
@@ -91,8 +91,7 @@ async def replay_run(
         additions = await asyncio.to_thread(
             lambda: runner.additions(loaded_pack, workspace, replay=True)
         )
-        additions = restored(additions, [recording.started])
-        pack = joined(loaded_pack.pack, additions)
+        pack = as_recorded(loaded_pack.pack, additions, [recording.started])
         pack = runner.with_delegates(pack, loaded_pack, None, Control())
         if toolbox is not None:  # live: the servers start as for a run
             try:

@@ -13,7 +13,6 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fabric.application.additions import joined, restored
 from fabric.application.job import Control, RunRequest
 from fabric.application.workspaces import check_workspace
 from fabric.domain.errors import ConfigError
@@ -182,7 +181,7 @@ class Resumes:
             return await resume_task(
                 plan,
                 pack=self.with_delegates(
-                    joined(loaded_pack.pack, restored(session.additions, plan.events)),
+                    session.pack_of(loaded_pack, plan.events, mcp=False),  # resume_task's own
                     loaded_pack,
                     parent,
                     control,

@@ -9,14 +9,14 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import fabric
-from fabric.application.additions import Addition, joined, recorded, restored
+from fabric.application.additions import Addition, as_recorded, recorded
 from fabric.application.commands import CommandRunner
 from fabric.application.job import Kit
 from fabric.application.pack import Pack
@@ -77,13 +77,18 @@ class Session:
     additions: tuple[Addition, ...] = ()
     """What fabric's conventions add to this run (ADR 0025)."""
 
-    def pack_of(self, loaded_pack: LoadedPack, started: Mapping[str, Any] | None = None) -> Pack:
-        """The pack with this run's additions and MCP tools. ``started``: the recorded
-        ``run_started`` of a durable run driven again after its process died, which tells the
-        model what it told it then (every step is driven again: the additions start afresh)."""
-        additions = self.additions if started is None else restored(self.additions, [started])
-        pack = joined(loaded_pack.pack, additions)
-        if not self.tools:
+    def pack_of(
+        self,
+        loaded_pack: LoadedPack,
+        events: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        mcp: bool = True,
+    ) -> Pack:
+        """The pack with this run's additions and, with ``mcp``, its MCP servers' tools.
+        ``events``: the events of a run driven again (its ``run_started``, then those of the
+        steps driven again), which tell the model what it told it then (``as_recorded``)."""
+        pack = as_recorded(loaded_pack.pack, self.additions, events)
+        if not mcp or not self.tools:
             return pack
         return dataclasses.replace(pack, tools=(*pack.tools, *self.tools))
 

@@ -183,9 +183,9 @@ class Runner(Resumes):
         async with self.setup.session(
             loaded_pack, folder, request.backend, request.model, open_log
         ) as session:
-            started = recovered.started if recovered is not None else None
+            recorded = [recovered.started] if recovered is not None else None
             pack = self.with_delegates(
-                session.pack_of(loaded_pack, started), loaded_pack, parent, control
+                session.pack_of(loaded_pack, recorded), loaded_pack, parent, control
             )
             job = Job(
                 request.task,
