@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from playwright.sync_api import Locator
+from playwright.sync_api import Locator, expect
 
 from .conftest import Tab
 from .fake_api import FakeApi, summary
@@ -93,8 +93,8 @@ def test_the_run_page_shows_each_plan_and_the_current_one_live(
     assert checklist(call.nth(0))[0] == ["[>]", "read the failing test", "in_progress"]
     # what the model was told is there, folded
     told = call.nth(1).locator("details")
-    told.locator("summary").click()
-    assert "Plan saved: 1 of 3 steps done." in told.inner_text()
+    told.locator("summary").click()  # its text is built on the toggle event, which comes after
+    expect(told).to_contain_text("Plan saved: 1 of 3 steps done.")
     opened.assert_clean()
 
 

@@ -1,8 +1,9 @@
 """The launcher: the small program between fabric and a confined command.
 
-fabric starts it as ``python -I -S -B launcher.py SPEC`` (standard library only, so it starts in
-a few milliseconds and imports nothing from the workspace). SPEC is a dict in ``marshal``
-format, hex-encoded (``marshal`` is built in; ``json`` alone would add 10 ms to every command).
+fabric starts it as ``python -I -S -B launcher.py SPEC...`` (standard library only, so it starts
+in a few milliseconds and imports nothing from the workspace). SPEC is a dict in ``marshal``
+format, hex-encoded (``marshal`` is built in; ``json`` alone would add 10 ms to every command),
+in as many arguments as it takes (``runner.SPEC_ARG_CHARS``: the kernel limits each one).
 The launcher
 
 1. dies with fabric: the kernel sends it a signal when fabric's process ends, however it ends
@@ -101,9 +102,9 @@ def exec_bwrap(spec: dict[str, Any]) -> NoReturn:
 
 
 def main() -> NoReturn:
-    if len(sys.argv) != 2:
-        fail("usage: launcher.py SPEC (hex of a marshalled dict)")
-    spec = marshal.loads(bytes.fromhex(sys.argv[1]))  # noqa: S302 (written by fabric itself)
+    if len(sys.argv) < 2:
+        fail("usage: launcher.py SPEC... (hex of a marshalled dict, in pieces)")
+    spec = marshal.loads(bytes.fromhex("".join(sys.argv[1:])))  # noqa: S302 (fabric's own)
     if spec.get("parent"):  # bwrap: its pid namespace goes too; the supervisor cleans up
         die_with_parent(spec["parent"], _SIGKILL if spec["mode"] == "bwrap" else _SIGTERM)
     join_cgroups(spec.get("cgroups", []))

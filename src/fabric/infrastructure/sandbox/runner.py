@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import marshal
 import os
 import signal
@@ -90,6 +91,13 @@ def rlimits(sandbox: SandboxSettings) -> dict[str, int]:
     return limits
 
 
+SPEC_ARG_CHARS = 64 * 1024
+"""The launcher's spec goes in arguments of at most this many characters: Linux refuses any one
+argument over 128 KiB (E2BIG), and under Landlock the spec lists every entry of each folder on
+the way to a hidden place (``profile._read_grants``), which in a crowded /tmp or home folder
+runs past it. Together the arguments may take what the system allows (ARG_MAX, 2 MiB here)."""
+
+
 def launch_argv(
     backend: Backend,
     sandbox: SandboxSettings,
@@ -145,7 +153,9 @@ def launch_argv(
                 "readonly": [str(p) for p in read_only],
                 "hidden": [str(p) for p in inside],
             }
-    return [sys.executable, "-I", "-S", "-B", LAUNCHER, marshal.dumps(spec).hex()]
+    encoded = marshal.dumps(spec).hex()
+    pieces = [encoded[at : at + SPEC_ARG_CHARS] for at in range(0, len(encoded), SPEC_ARG_CHARS)]
+    return [sys.executable, "-I", "-S", "-B", LAUNCHER, *pieces]
 
 
 @dataclass
@@ -257,6 +267,14 @@ async def _run(
                 start_new_session=True,
             )
         except (OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno == errno.E2BIG:
+                raise SandboxError(
+                    "cannot start the sandbox launcher: what it must be told is more than the "
+                    "system lets a program be given (a folder on the way to a place commands "
+                    "may not read holds too many entries for Landlock to grant one by one)",
+                    hint="install bubblewrap (apt-get install bubblewrap), or clear out the "
+                    "crowded folder (often /tmp)",
+                ) from None
             raise SandboxError(f"cannot start the sandbox launcher: {exc}") from None
         try:
             stopped = await _wait(proc, out, timeout)
