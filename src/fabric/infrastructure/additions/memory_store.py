@@ -254,6 +254,13 @@ class MemoryStore:
         key = f"{self.path}\0{info.st_dev}:{info.st_ino}\0{self.fts}"
         if key in _READY:
             return
+        with _READY_LOCK:  # one thread at a time: switching a new store to WAL while another
+            if key not in _READY:  # connection writes fails at once ("database is locked")
+                self._prepare(db)
+                _READY.add(key)
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        """What ``_ready`` checks and does, the first time this process uses the file."""
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:  # left as it is: this fabric cannot know what it holds
             raise FabricError(
@@ -274,8 +281,6 @@ class MemoryStore:
                 db.rollback()
                 raise
             db.commit()
-        with _READY_LOCK:
-            _READY.add(key)
 
 
 def _reindex(db: sqlite3.Connection) -> None:
