@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import Any
 
 import pytest
 from sandbox.host import confining_backends
-from sandbox.lab import lab_base
+from sandbox.lab import lab_folder
 from support import mock_llm, read_events, run_fabric, write
 
 from fabric.testing import MockOpenAIServer, completion
@@ -70,13 +68,8 @@ cases:
 
 @pytest.fixture
 def lab() -> Iterator[Path]:
-    base = lab_base()
-    base.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="eval-apart-", dir=base)).resolve()
-    try:
+    with lab_folder("eval-apart-") as root:
         yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class Attempts:

@@ -65,6 +65,21 @@ def lab_base() -> Path:
     return Path(base) if base else Path.home() / ".cache" / "fabric-sandbox-lab"
 
 
+@contextlib.contextmanager
+def lab_folder(prefix: str) -> Iterator[Path]:
+    """A new folder in the lab's base, outside /tmp (bubblewrap gives commands a /tmp of their
+    own); removed afterwards, and the base with it when nothing else is in it."""
+    base = lab_base()
+    base.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            base.rmdir()
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     outcome: Outcome

@@ -5,10 +5,8 @@ runs (seen first in a full test run, when the host's /tmp held several thousand 
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from fabric.infrastructure.sandbox.profile import hidden_paths
 from fabric.infrastructure.sandbox.runner import SPEC_ARG_CHARS, launch_argv
 from fabric.infrastructure.tools.shell import scrubbed_env
 
-from .lab import lab_base
+from .lab import lab_folder
 
 CROWD = 4000
 """Entries beside the hidden place: their paths alone come to several times 128 KiB."""
@@ -29,15 +27,8 @@ CROWD = 4000
 @pytest.fixture
 def lab() -> Iterator[Path]:
     """A folder outside /tmp (bubblewrap gives commands a /tmp of their own)."""
-    base = lab_base()
-    base.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="crowded-", dir=base)).resolve()
-    try:
+    with lab_folder("crowded-") as root:
         yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            base.rmdir()
 
 
 def test_a_command_runs_when_its_hidden_place_sits_among_thousands(lab: Path, backend: str) -> None:

@@ -6,11 +6,9 @@ or ``/``. Run under every backend (bubblewrap covers the hidden place by a mount
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,21 +20,14 @@ from fabric.infrastructure.sandbox.profile import hidden_paths
 from fabric.infrastructure.sandbox.runner import launch_argv
 from fabric.infrastructure.tools.shell import scrubbed_env
 
-from .lab import lab_base
+from .lab import lab_folder
 
 
 @pytest.fixture
 def lab() -> Iterator[Path]:
     """A folder outside /tmp (bubblewrap gives commands a /tmp of their own)."""
-    base = lab_base()
-    base.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix="link-race-", dir=base)).resolve()
-    try:
+    with lab_folder("link-race-") as root:
         yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            base.rmdir()
 
 
 @pytest.mark.parametrize("leads_to", ["a folder above the hidden one", "/"])
