@@ -109,3 +109,23 @@ def test_the_sandbox_launcher_uses_the_standard_library_only(name: str) -> None:
     import sys
 
     assert tops <= set(sys.stdlib_module_names) | {"__future__", "confine"}, tops
+
+
+def test_a_runlog_s_file_name_is_spelled_in_one_place() -> None:
+    """Where a run's runlog lies is built by ``runlog.names`` alone (``runlog_path``,
+    ``RUNLOG_NAME``): a second spelling of the file name would drift from it unnoticed."""
+    home = SRC / "infrastructure" / "runlog" / "names.py"
+    spelled = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path != home
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.rstrip("\"'").endswith("runlog.jsonl")
+        and "\n" not in node.value  # a docstring or message may name the file
+        and " " not in node.value
+    ]
+    assert not spelled, "the runlog's file name spelled outside runlog/names.py:\n" + "\n".join(
+        spelled
+    )

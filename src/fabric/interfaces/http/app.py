@@ -27,6 +27,7 @@ from fabric.config.where import error_message
 from fabric.domain.errors import ConfigError, FabricError
 from fabric.domain.tasks import QUEUED, STATUSES, TaskRecord
 from fabric.infrastructure.runlog.index import RunIndex
+from fabric.infrastructure.runlog.names import RUNLOG_NAME
 from fabric.infrastructure.runlog.tail import follow_runlog
 from fabric.interfaces.compose import build_service
 
@@ -205,7 +206,7 @@ def create_app(
     async def runlog(task_id: str) -> StreamingResponse:
         await service.get(task_id)
         try:
-            return await runlog_download(service.runlog_path(task_id), secrets, "runlog.jsonl")
+            return await runlog_download(service.runlog_path(task_id), secrets, RUNLOG_NAME)
         except FileNotFoundError:
             raise NotFound(
                 f"task {task_id!r} has no runlog yet: it is queued or its run is starting "

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from fabric.domain.tasks import QUEUED
-from fabric.infrastructure.runlog.names import is_run_id
+from fabric.infrastructure.runlog.names import is_run_id, runlog_path
 from fabric.infrastructure.runlog.tail import follow_runlog
 
 from .events import last_event_id, queued_note, sse_comment, sse_event, sse_message
@@ -116,7 +116,7 @@ def runs_router(view: RunsView, *, poll: float = 1.0) -> APIRouter:
 
     async def _follow(run_id: str, after: int, over: Callable[[], bool]) -> AsyncIterator[bytes]:
         async for event in follow_runlog(
-            index.runs_dir / run_id / "runlog.jsonl",
+            runlog_path(index.runs_dir, run_id),
             after=after,
             is_over=lambda: over() or not service.executor.accepting,
             heartbeat=KEEP_ALIVE,
