@@ -10,7 +10,8 @@ definitions plus finish_task), and do the same tool work on every step (read a s
 - fabric, ``execute_task``: the loop with the real ``OpenAIChatClient`` and a real
   ``JsonlRunLog`` in a temp runs folder, the pack's real ``read_file`` tool.
 - fabric, ``Runner.run``: the same through the composition root, as ``fabric run`` and the HTTP
-  service run a task (it also builds the pack's chat client for each run).
+  service run a task (it also builds the pack's chat client for each run, whose connection
+  is the runner's, kept from one run to the next).
 - fabric, whole process: ``fabric run --config ... --json`` in a subprocess.
 - raw: bench/raw_loop.py; POST, append the assistant message and the tool result, repeat; no
   validation, no sandbox, no runlog.
@@ -220,7 +221,7 @@ class Sides:
       run; the client gets a transport built on one shared TLS context (as raw does), so the
       row shows the loop's own cost.
     - ``runner``: ``Runner.run`` as shipped, exactly what ``fabric run`` and the HTTP service
-      call (its client builds its own TLS context on every run).
+      call (a chat client for every run, on the runner's kept connection).
     - ``raw``: bench/raw_loop.py, a new httpx.AsyncClient per task on one shared TLS context.
     """
 

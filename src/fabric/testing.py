@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -120,14 +123,21 @@ class MockOpenAIServer:
 
     The script is a list of completion bodies (answered in order; then 500s) or a handler
     function. ``requests`` holds every JSON body received, with two keys added: ``_path``
-    (the request path) and ``_authorization`` (the Authorization header, or None). Like a
-    real OpenAI server it answers 400 to a malformed history (see ``check_history``).
+    (the request path) and ``_authorization`` (the Authorization header, or None);
+    ``connections`` the number of the TCP connection each came on (1, 2, ...), and
+    ``open_connections`` how many are open now. Like a real OpenAI server it answers 400 to a
+    malformed history (see ``check_history``).
     """
 
     def __init__(
         self, script: Iterable[dict[str, Any]] | Handler, *, models: Iterable[str] = ("mock",)
     ) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.connections: list[int] = []
+        self.open_connections = 0
+        self._accepted = 0
+        self._counting = threading.Lock()
+        self._sockets: set[socket.socket] = set()
         self.models = list(models)
         """What ``GET /v1/models`` lists (fabric picks among them when the configured model
         is not one of them)."""
@@ -163,11 +173,40 @@ class MockOpenAIServer:
         self._server.server_close()
         self._thread.join()
 
+    def drop_connections(self) -> None:
+        """End every open connection from the server's side, as a server does that restarts
+        or drops idle connections; return once they are all gone."""
+        with self._counting:
+            sockets = list(self._sockets)
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + 10
+        while self.open_connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def _request_handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            number = 0
+
+            def setup(self) -> None:  # one handler serves one connection, request by request
+                super().setup()
+                with server._counting:
+                    server._accepted += 1
+                    server.open_connections += 1
+                    server._sockets.add(self.connection)
+                    self.number = server._accepted
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    with server._counting:
+                        server.open_connections -= 1
+                        server._sockets.discard(self.connection)
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -180,7 +219,9 @@ class MockOpenAIServer:
                     return
                 body["_path"] = self.path
                 body["_authorization"] = self.headers.get("Authorization")
-                server.requests.append(body)
+                with server._counting:
+                    server.requests.append(body)
+                    server.connections.append(self.number)
                 messages = body.get("messages")
                 problem = check_history(messages) if isinstance(messages, list) else None
                 if problem:  # what a real OpenAI server does with a malformed history

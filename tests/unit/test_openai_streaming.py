@@ -5,6 +5,7 @@ and how odd, broken or failing streams end (kept and reported, or raised as the 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -441,3 +442,61 @@ def test_streaming_from_a_real_loopback_server(sse_server: str) -> None:
     assert calls_of(response) == [("c", "read_file", {"path": "ü.txt"})]
     assert [d.tool_name for d in deltas if d.tool_index == 0] == ["read_file", None]
     assert response.warnings == ()
+
+
+REQUEST_TIMEOUT = 60
+
+
+@pytest.mark.parametrize("after_done", ["trickle", "flood"])
+def test_a_server_that_streams_on_after_done_does_not_hold_the_reply(after_done: str) -> None:
+    """The client reads what follows ``[DONE]`` so the connection can serve the next request,
+    but only so much, for so long: a server that goes on (a comment every few milliseconds,
+    or a flood of them) costs its connection, not the reply nor the request's deadline."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            comment = b": ping\n\n" if after_done == "trickle" else b": " + b"x" * 4096 + b"\n\n"
+            pieces = [f"data: {json.dumps(text('all here'))}\n\n".encode(), b"data: [DONE]\n\n"]
+            try:
+                for raw in itertools.chain(pieces, itertools.repeat(comment)):
+                    self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                    self.wfile.flush()
+                    if after_done == "trickle" and raw is comment:
+                        threading.Event().wait(0.005)
+            except OSError:  # the client hung up, as it should
+                return
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
+    thread.start()
+
+    async def main() -> ChatResponse:
+        client = OpenAIChatClient(
+            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
+            model="m",
+            stream=True,
+            request_timeout=REQUEST_TIMEOUT,
+        )
+        try:
+            return await client.chat(ChatRequest(MESSAGES, TOOLS))
+        finally:
+            await client.aclose()
+
+    try:
+        response = asyncio.run(main())
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert response.content == "all here" and response.warnings == ()

@@ -20,7 +20,13 @@ from fabric.domain.secrets import Secrets
 
 from .anthropic_stream import Reply, count, parse_message, read_stream
 from .anthropic_wire import to_anthropic_messages, to_anthropic_tools, to_chat_response
-from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
+from .http import (
+    DEFAULT_REQUEST_TIMEOUT,
+    ClientPool,
+    encode_json,
+    model_client,
+    within_deadline,
+)
 from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
 from .text_tool_calls import apply_text_tool_calls
 
@@ -30,7 +36,8 @@ _MAX_PAGES = 20
 
 
 class AnthropicChatClient:
-    """One Claude model over the Messages API; streams by default."""
+    """One Claude model over the Messages API; streams by default. ``pool``: as for
+    ``OpenAIChatClient``."""
 
     def __init__(
         self,
@@ -45,6 +52,7 @@ class AnthropicChatClient:
         temperature: float | None = None,
         text_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        pool: ClientPool | None = None,
         secrets: Secrets | None = None,
     ) -> None:
         self._model = model
@@ -57,7 +65,8 @@ class AnthropicChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._http = _client(base_url, api_key, timeout, transport)
+        self._http = _client(base_url, api_key, timeout, transport, pool)
+        self._shared = pool is not None and transport is None  # the pool closes it
 
     @property
     def model(self) -> str:
@@ -111,7 +120,8 @@ class AnthropicChatClient:
             await response.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if not self._shared:
+            await self._http.aclose()
 
 
 class AnthropicCatalog:
@@ -188,9 +198,10 @@ def _client(
     api_key: str | None,
     timeout: httpx.Timeout | float,
     transport: httpx.AsyncBaseTransport | None,
+    pool: ClientPool | None = None,
 ) -> httpx.AsyncClient:
     headers = {"x-api-key": api_key or "", "anthropic-version": ANTHROPIC_VERSION}
-    return model_client(base_url, timeout=timeout, headers=headers, transport=transport)
+    return model_client(base_url, timeout=timeout, headers=headers, transport=transport, pool=pool)
 
 
 def _require_key(api_key: str | None) -> None:

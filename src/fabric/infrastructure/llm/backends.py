@@ -27,7 +27,7 @@ from fabric.domain.errors import ConfigError
 from fabric.domain.models import ModelInfo
 from fabric.domain.secrets import Secrets
 
-from .http import DeadlinedCatalog
+from .http import ClientPool, DeadlinedCatalog
 
 if TYPE_CHECKING:
     from .embedded import EmbeddedServer
@@ -70,6 +70,8 @@ class Backends:
         adapter builds its own from its key and the environment."""
         self._on_status = on_status
         self._embedded: dict[str, EmbeddedServer] = {}
+        self._pool = ClientPool()
+        """The chat clients' HTTP clients, shared by the runs (see ``ClientPool``)."""
         t = llm.timeouts
         self._timeout = httpx.Timeout(t.read, connect=t.connect, write=t.write)
         self._request_timeout = t.request
@@ -155,6 +157,7 @@ class Backends:
                 temperature=temperature,
                 text_tool_calls=options.text_tool_calls,
                 max_tokens=options.max_tokens,
+                pool=self._pool,
             )
         if isinstance(backend, AnthropicBackend):
             from .anthropic import AnthropicChatClient
@@ -170,6 +173,7 @@ class Backends:
                 stream=backend.stream,
                 temperature=temperature,
                 text_tool_calls=options.text_tool_calls,
+                pool=self._pool,
             )
         from .openai_compat import OpenAIChatClient
 
@@ -193,6 +197,7 @@ class Backends:
             text_tool_calls=options.text_tool_calls,
             constrained_tool_calls=options.constrained_tool_calls,
             max_tokens=options.max_tokens,
+            pool=self._pool,
         )
         return client if server is None else server.held(client)  # its use ends on aclose
 
@@ -206,6 +211,7 @@ class Backends:
         return server
 
     async def aclose(self) -> None:
+        await self._pool.aclose()
         for server in self._embedded.values():
             await server.stop()
         self._embedded.clear()

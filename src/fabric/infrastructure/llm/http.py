@@ -5,6 +5,8 @@
 - Proxy settings from the environment (HTTPS_PROXY, NO_PROXY, ...) apply to remote servers,
   never to loopback ones, where a corporate proxy would only get in the way.
 - Redirects are not followed: a model endpoint that redirects is misconfigured.
+- A runner's chat clients share one HTTP client per server (``ClientPool``): a run reuses the
+  connections the runs before it opened.
 - One whole request has a deadline (``within_deadline``, ``llm.timeouts.request``) besides
   httpx's timeouts, which bound each read only: a server that sends a byte a second never
   trips them.
@@ -13,11 +15,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ipaddress
 import json
 import ssl
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -63,20 +66,109 @@ def model_client(
     timeout: httpx.Timeout | float,
     headers: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    pool: ClientPool | None = None,
 ) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for the model server at ``base_url``."""
+    """An ``httpx.AsyncClient`` for the model server at ``base_url``: with ``pool`` (and no
+    ``transport`` of the caller's), the pool's one for this server in this event loop, which
+    its user must not close."""
+    if pool is not None and transport is None:
+        return pool.client(base_url, timeout=timeout, headers=headers or {})
+    return _new_client(base_url, timeout, headers, transport)
+
+
+def _new_client(
+    base_url: str,
+    timeout: httpx.Timeout | float,
+    headers: Mapping[str, str] | None,
+    transport: httpx.AsyncBaseTransport | None,
+    limits: httpx.Limits | None = None,
+) -> httpx.AsyncClient:
     https = base_url.lower().startswith("https:")
     return httpx.AsyncClient(
         base_url=base_url,
         headers=dict(headers or {}),
         timeout=timeout,
         transport=transport,
+        limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
         trust_env=not is_loopback(base_url),
         # Plain http has no TLS to verify; building a verifying context anyway loads the whole
         # CA bundle (~30 ms) for nothing. https always gets the verifying context.
         verify=_tls_context() if https else _no_tls_context(),
         follow_redirects=False,
     )
+
+
+_SHARED_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20)
+"""A shared client serves every run at once: no cap on its connections (each run's own client
+had none in all), and 20 idle ones kept (httpx's default)."""
+_Key = tuple[str, tuple[tuple[str, str], ...], str]
+_Clients = dict[_Key, httpx.AsyncClient]
+
+
+class ClientPool:
+    """The HTTP clients of one ``Backends``, kept from one run to the next: one per model
+    server (its URL, headers and timeouts) and event loop. A run then reuses the connections
+    the runs before it opened (and an https server's TLS session) instead of connecting again:
+    a connection and a client cost 1.5-3 ms a run on loopback, a TLS handshake with a cloud
+    API far more.
+
+    A client belongs to the event loop it was made in, as its connections do. ``aclose``
+    closes those of the loop it is called in; the others close as their loop shuts down
+    (``asyncio.run`` and every other runner of a loop close its async generators as it ends,
+    and one of them, ``_keep``, holds that loop's clients)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[asyncio.AbstractEventLoop, tuple[_Clients, AsyncGenerator[None, None]]]
+        self._kept = {}
+
+    def client(
+        self, base_url: str, *, timeout: httpx.Timeout | float, headers: Mapping[str, str]
+    ) -> httpx.AsyncClient:
+        """The client for ``base_url`` with ``headers`` in the running event loop."""
+        loop = asyncio.get_running_loop()
+        kept = self._kept.get(loop)
+        if kept is None:
+            clients: _Clients = {}
+            keeper = self._keep(loop, clients)
+            self._kept[loop] = kept = (clients, keeper)
+            _first_step(keeper)
+        clients = kept[0]
+        key = (base_url, tuple(sorted(headers.items())), repr(timeout))
+        http = clients.get(key)
+        if http is None or http.is_closed:
+            http = clients[key] = _new_client(base_url, timeout, headers, None, _SHARED_LIMITS)
+        return http
+
+    async def aclose(self) -> None:
+        """Close the clients of the running event loop."""
+        kept = self._kept.get(asyncio.get_running_loop())
+        if kept is not None:
+            await kept[1].aclose()
+
+    async def _keep(
+        self, loop: asyncio.AbstractEventLoop, clients: _Clients
+    ) -> AsyncGenerator[None, None]:
+        """Holds ``loop``'s clients until it is closed: by ``aclose``, or by the loop as it
+        shuts down."""
+        try:
+            yield
+        finally:
+            del self._kept[loop]
+            for http in clients.values():
+                with contextlib.suppress(Exception):  # a connection already broken
+                    await http.aclose()
+
+
+def _first_step(keeper: AsyncGenerator[None, None]) -> None:
+    """Take ``keeper`` to its first ``yield`` now, which also registers it with the running
+    loop (its async generator hooks), so that the loop closes it as it shuts down. Its first
+    step awaits nothing: the awaitable, driven by hand, finishes at once."""
+    step = keeper.asend(None)
+    try:
+        step.send(None)
+    except StopIteration:
+        return
+    raise AssertionError("a keeper awaited before its first yield")
 
 
 def encode_json(body: Mapping[str, Any]) -> bytes:

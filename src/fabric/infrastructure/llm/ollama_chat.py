@@ -38,7 +38,13 @@ from fabric.domain.models import (
     content_text,
 )
 
-from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
+from .http import (
+    DEFAULT_REQUEST_TIMEOUT,
+    ClientPool,
+    encode_json,
+    model_client,
+    within_deadline,
+)
 from .http_errors import BODY_LIMIT, status_error, transport_error
 from .text_tool_calls import apply_text_tool_calls
 
@@ -52,7 +58,8 @@ TRUNCATED_BELOW = 0.5
 
 
 class OllamaChatClient:
-    """Chat through Ollama's ``/api/chat`` (async httpx), streaming by default."""
+    """Chat through Ollama's ``/api/chat`` (async httpx), streaming by default. ``pool``: as for
+    ``OpenAIChatClient``."""
 
     def __init__(
         self,
@@ -66,6 +73,7 @@ class OllamaChatClient:
         temperature: float | None = None,
         text_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        pool: ClientPool | None = None,
         max_tokens: int | None = None,
     ) -> None:
         self._model = model
@@ -76,7 +84,8 @@ class OllamaChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._http = model_client(base_url, timeout=timeout, transport=transport)
+        self._http = model_client(base_url, timeout=timeout, transport=transport, pool=pool)
+        self._shared = pool is not None and transport is None  # the pool closes it
 
     @property
     def model(self) -> str:
@@ -181,7 +190,8 @@ class OllamaChatClient:
         return status_error(status, text, headers, model=self._model, server="Ollama")
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if not self._shared:
+            await self._http.aclose()
 
 
 def to_ollama_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

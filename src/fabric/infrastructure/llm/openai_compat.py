@@ -11,8 +11,10 @@ sees httpx.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -31,7 +33,13 @@ from fabric.domain.models import (
 )
 from fabric.domain.secrets import Secrets
 
-from .http import DEFAULT_REQUEST_TIMEOUT, encode_json, model_client, within_deadline
+from .http import (
+    DEFAULT_REQUEST_TIMEOUT,
+    ClientPool,
+    encode_json,
+    model_client,
+    within_deadline,
+)
 from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
 from .openai_catalog import OpenAICatalog
 from .openai_stream import StreamAccumulator, sse_data
@@ -50,6 +58,8 @@ class OpenAIChatClient:
     ``constrained_tool_calls`` (llama.cpp, and other servers that honour ``response_format``
     with a JSON schema): every reply is constrained to one ``{"name", "arguments"}`` call of an
     offered tool, and read as that call. The model can then never answer in plain text.
+    ``pool``: the HTTP client comes from it, shared with the runner's other runs (``ClientPool``),
+    and is closed by it, not by ``aclose``.
     """
 
     def __init__(
@@ -65,6 +75,7 @@ class OpenAIChatClient:
         text_tool_calls: bool = False,
         constrained_tool_calls: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        pool: ClientPool | None = None,
         secrets: Secrets | None = None,
         max_tokens: int | None = None,
     ) -> None:
@@ -79,7 +90,10 @@ class OpenAIChatClient:
         # redacted from the errors it raises
         self._secrets = key_secrets(api_key) if secrets is None else secrets
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = model_client(base_url, timeout=timeout, headers=headers, transport=transport)
+        self._http = model_client(
+            base_url, timeout=timeout, headers=headers, transport=transport, pool=pool
+        )
+        self._shared = pool is not None and transport is None  # the pool closes it
 
     @property
     def model(self) -> str:
@@ -133,11 +147,14 @@ class OpenAIChatClient:
                     raise self._status_error(reply)
                 return _replayed(parse_completion(self._json(reply)), on_delta)
             stream = StreamAccumulator(on_delta, model=self._model, secrets=self._secrets)
-            async for event in sse_data(reply.aiter_lines()):
+            lines = reply.aiter_lines()
+            async for event in sse_data(lines):
                 stream.feed(event)
                 if stream.done:
                     break
             body = stream.completion()
+            if stream.done:
+                await _drained(lines)
         except httpx.TimeoutException as exc:
             raise transport_error(exc, self._url) from exc
         except httpx.HTTPError as exc:
@@ -173,7 +190,27 @@ class OpenAIChatClient:
             ) from exc
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if not self._shared:
+            await self._http.aclose()
+
+
+_DRAIN_CHARS = 65536
+_DRAIN_SECONDS = 0.5
+
+
+async def _drained(lines: AsyncIterator[str]) -> None:
+    """Read what a stream sends after its ``[DONE]``: the end of the body, a few bytes from a
+    server that behaves. A connection whose reply was not read to its end cannot serve another
+    request, so without this every streamed step connected anew (with a TLS handshake to a
+    cloud API). A server that sends more than ``_DRAIN_CHARS`` after it, or takes longer than
+    ``_DRAIN_SECONDS``, costs its connection and nothing else: the reply is complete."""
+    left = _DRAIN_CHARS
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for line in lines:
+                left -= len(line) + 1
+                if left < 0:
+                    return
 
 
 def _replayed(response: ChatResponse, on_delta: DeltaSink | None) -> ChatResponse:

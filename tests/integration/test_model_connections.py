@@ -1,0 +1,146 @@
+"""A runner's runs share their connections to a model server (``ClientPool``): a run reuses the
+connection the runs before it opened, and the runner lets go of it when it is closed, or when
+the event loop it was opened in ends. Against a real loopback HTTP server that counts TCP
+connections."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import textwrap
+import time
+from pathlib import Path
+
+from fabric.application.job import RunRequest
+from fabric.config.loader import load_config
+from fabric.domain.models import RunResult
+from fabric.interfaces.compose import Runner, build_runner
+from fabric.testing import MockOpenAIServer, completion
+
+CONFIG = """
+    llm:
+      backend: mock
+      backends: {mock: {kind: openai, base_url: "%(url)s", stream: %(stream)s}}
+      models: {default: mock}
+    runs_dir: runs
+    packs:
+      helper:
+        builder: declarative
+        system_prompt: You help.
+        tools: [read_file]
+        finish_schema: {type: object, properties: {answer: {type: string}}, required: [answer]}
+"""
+FINISH = completion(None, [("finish_task", {"answer": "done"})])
+
+
+def _runner(folder: Path, server: MockOpenAIServer, *, stream: bool = False) -> Runner:
+    (folder / "ws").mkdir(exist_ok=True)
+    config = folder / "fabric.yaml"
+    text = CONFIG % {"url": server.base_url, "stream": str(stream).lower()}
+    config.write_text(textwrap.dedent(text))
+    return build_runner(load_config(config))
+
+
+async def _runs(runner: Runner, folder: Path, count: int) -> list[RunResult]:
+    request = RunRequest("helper", "answer", workspace=folder / "ws")
+    return [await runner.run(request) for _ in range(count)]
+
+
+def _chats(server: MockOpenAIServer) -> list[int]:
+    """The connection each chat request came on."""
+    return [
+        number
+        for body, number in zip(server.requests, server.connections, strict=True)
+        if body["_path"] == "/v1/chat/completions"
+    ]
+
+
+def _all_closed(server: MockOpenAIServer) -> bool:
+    """Whether the server saw every connection end (its threads notice within moments)."""
+    deadline = time.monotonic() + 10
+    while server.open_connections and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server.open_connections == 0
+
+
+def test_a_runner_s_runs_share_one_connection_and_close_it_with_the_runner(
+    tmp_path: Path,
+) -> None:
+    with MockOpenAIServer([FINISH] * 3) as server:
+        runner = _runner(tmp_path, server)
+
+        async def three() -> tuple[list[RunResult], int]:
+            try:
+                results = await _runs(runner, tmp_path, 3)
+                return results, server.open_connections
+            finally:
+                await runner.aclose()
+
+        results, open_during = asyncio.run(three())
+        assert [r.status.value for r in results] == ["completed"] * 3
+        chats = _chats(server)
+        assert len(chats) == 3 and len(set(chats)) == 1  # three runs, one connection
+        assert open_during >= 1  # kept open from one run to the next
+        assert _all_closed(server)  # Runner.aclose let go of it
+
+
+def test_streamed_runs_share_the_connection_too(tmp_path: Path) -> None:
+    with MockOpenAIServer([FINISH] * 2) as server:
+        runner = _runner(tmp_path, server, stream=True)
+
+        async def two() -> list[RunResult]:
+            try:
+                return await _runs(runner, tmp_path, 2)
+            finally:
+                await runner.aclose()
+
+        results = asyncio.run(two())
+        assert [r.status.value for r in results] == ["completed"] * 2
+        chats = _chats(server)
+        assert len(chats) == 2 and len(set(chats)) == 1
+        assert _all_closed(server)
+
+
+def test_a_loop_s_connections_close_as_it_ends_and_the_next_loop_opens_its_own(
+    tmp_path: Path,
+) -> None:
+    """As a command runs one ``asyncio.run`` after another with one runner: the first loop's
+    connection closes when that loop ends, without ``aclose``; the next loop's runs connect
+    again (a connection cannot move between loops), and nothing is left for the garbage
+    collector to complain about."""
+    with MockOpenAIServer([FINISH] * 3) as server:
+        runner = _runner(tmp_path, server)
+        first = asyncio.run(_runs(runner, tmp_path, 2))
+        assert _all_closed(server)  # the loop closed it as it ended
+
+        async def then() -> list[RunResult]:
+            try:
+                return await _runs(runner, tmp_path, 1)
+            finally:
+                await runner.aclose()
+
+        second = asyncio.run(then())
+        gc.collect()  # an unclosed socket or transport would warn here (warnings are errors)
+        assert [r.status.value for r in [*first, *second]] == ["completed"] * 3
+        chats = _chats(server)
+        assert chats[0] == chats[1] != chats[2]
+        assert _all_closed(server)
+
+
+def test_a_connection_the_server_dropped_is_replaced(tmp_path: Path) -> None:
+    """The server restarts between two runs (same address): the next run connects anew."""
+    with MockOpenAIServer([FINISH] * 2) as server:
+        runner = _runner(tmp_path, server)
+
+        async def around_a_restart() -> list[RunResult]:
+            try:
+                done = await _runs(runner, tmp_path, 1)
+                await asyncio.to_thread(server.drop_connections)
+                return done + await _runs(runner, tmp_path, 1)
+            finally:
+                await runner.aclose()
+
+        results = asyncio.run(around_a_restart())
+        assert [r.status.value for r in results] == ["completed"] * 2
+        chats = _chats(server)
+        assert len(chats) == 2 and chats[0] != chats[1]
