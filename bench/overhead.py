@@ -215,7 +215,7 @@ Side = Callable[[int], Awaitable[int]]
 
 
 class Sides:
-    """The three ways a task is run in process; each side makes one HTTP client per task.
+    """The three ways a task is run in process (loop and raw make an HTTP client per task).
 
     - ``loop``: ``execute_task`` with a new ``OpenAIChatClient`` and a new ``JsonlRunLog`` per
       run; the client gets a transport built on one shared TLS context (as raw does), so the
