@@ -1,19 +1,22 @@
-"""A runner's runs share their connections to a model server (``ClientPool``): a run reuses the
-connection the runs before it opened, and the runner lets go of it when it is closed, or when
-the event loop it was opened in ends. Against a real loopback HTTP server that counts TCP
-connections."""
+"""A runner keeps its connections to a model server from one run to the next (``ClientPool``):
+a run reuses the connection a run before it opened, runs at the same time have one each, and
+the runner lets go of them when it is closed, or when the event loop they were opened in ends.
+Against a real loopback HTTP server that counts TCP connections."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from fabric.application.job import RunRequest
 from fabric.config.loader import load_config
 from fabric.domain.models import RunResult
+from fabric.infrastructure.llm.http import ChatHttp, ClientPool
 from fabric.interfaces.compose import Runner, build_runner
 from fabric.testing import MockOpenAIServer, completion
 
@@ -63,7 +66,7 @@ def _all_closed(server: MockOpenAIServer) -> bool:
     return server.open_connections == 0
 
 
-def test_a_runner_s_runs_share_one_connection_and_close_it_with_the_runner(
+def test_a_runner_s_runs_one_after_another_use_one_connection_closed_with_the_runner(
     tmp_path: Path,
 ) -> None:
     with MockOpenAIServer([FINISH] * 3) as server:
@@ -84,7 +87,7 @@ def test_a_runner_s_runs_share_one_connection_and_close_it_with_the_runner(
         assert _all_closed(server)  # Runner.aclose let go of it
 
 
-def test_streamed_runs_share_the_connection_too(tmp_path: Path) -> None:
+def test_streamed_runs_reuse_the_connection_too(tmp_path: Path) -> None:
     with MockOpenAIServer([FINISH] * 2) as server:
         runner = _runner(tmp_path, server, stream=True)
 
@@ -98,6 +101,39 @@ def test_streamed_runs_share_the_connection_too(tmp_path: Path) -> None:
         assert [r.status.value for r in results] == ["completed"] * 2
         chats = _chats(server)
         assert len(chats) == 2 and len(set(chats)) == 1
+        assert _all_closed(server)
+
+
+def test_runs_at_the_same_time_have_a_connection_each_which_later_runs_reuse(
+    tmp_path: Path,
+) -> None:
+    """Two runs at once each ask the model on a connection of their own (the server answers
+    neither before both asked); the run after them takes one of the two again."""
+    both = threading.Barrier(2, timeout=30)
+    asked = 0
+
+    def answer(body: dict[str, Any]) -> tuple[int, Any]:
+        nonlocal asked
+        asked += 1
+        if asked <= 2:
+            both.wait()
+        return 200, FINISH
+
+    with MockOpenAIServer(answer) as server:
+        runner = _runner(tmp_path, server)
+        request = RunRequest("helper", "answer", workspace=tmp_path / "ws")
+
+        async def together() -> list[RunResult]:
+            try:
+                results = list(await asyncio.gather(runner.run(request), runner.run(request)))
+                return results + await _runs(runner, tmp_path, 1)
+            finally:
+                await runner.aclose()
+
+        results = asyncio.run(together())
+        assert [r.status.value for r in results] == ["completed"] * 3
+        first, second, third = _chats(server)
+        assert first != second and third in (first, second)
         assert _all_closed(server)
 
 
@@ -144,3 +180,25 @@ def test_a_connection_the_server_dropped_is_replaced(tmp_path: Path) -> None:
         assert [r.status.value for r in results] == ["completed"] * 2
         chats = _chats(server)
         assert len(chats) == 2 and chats[0] != chats[1]
+
+
+def test_a_client_given_back_twice_is_given_back_once() -> None:
+    """A chat client closed twice (wrappers may each close it) gives its HTTP client back
+    once: the second close must not take it from the run that has it by then."""
+
+    async def main() -> None:
+        pool = ClientPool()
+        url = "http://127.0.0.1:9/v1"
+        first = ChatHttp(url, timeout=5.0, pool=pool)
+        await first.aclose()
+        second = ChatHttp(url, timeout=5.0, pool=pool)
+        assert second.client is first.client  # the one given back, taken again
+        await first.aclose()  # again: nothing happens
+        third = ChatHttp(url, timeout=5.0, pool=pool)
+        assert third.client is not second.client and not second.client.is_closed
+        await second.aclose()
+        await third.aclose()
+        await pool.aclose()
+        assert first.client.is_closed and third.client.is_closed
+
+    asyncio.run(main())

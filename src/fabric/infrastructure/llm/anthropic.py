@@ -22,6 +22,7 @@ from .anthropic_stream import Reply, count, parse_message, read_stream
 from .anthropic_wire import to_anthropic_messages, to_anthropic_tools, to_chat_response
 from .http import (
     DEFAULT_REQUEST_TIMEOUT,
+    ChatHttp,
     ClientPool,
     encode_json,
     model_client,
@@ -65,8 +66,10 @@ class AnthropicChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._http = _client(base_url, api_key, timeout, transport, pool)
-        self._shared = pool is not None and transport is None  # the pool closes it
+        self._use = ChatHttp(
+            base_url, timeout=timeout, headers=_headers(api_key), transport=transport, pool=pool
+        )
+        self._http = self._use.client
 
     @property
     def model(self) -> str:
@@ -120,8 +123,7 @@ class AnthropicChatClient:
             await response.aclose()
 
     async def aclose(self) -> None:
-        if not self._shared:
-            await self._http.aclose()
+        await self._use.aclose()
 
 
 class AnthropicCatalog:
@@ -153,7 +155,10 @@ class AnthropicCatalog:
         _require_key(self._api_key)
         models: list[ModelInfo] = []
         params: dict[str, str | int] = {"limit": 1000}
-        async with _client(self._url, self._api_key, self._timeout, self._transport) as http:
+        async with model_client(
+            self._url, timeout=self._timeout, headers=_headers(self._api_key),
+            transport=self._transport,
+        ) as http:  # fmt: skip
             for _ in range(_MAX_PAGES):
                 try:
                     response = await http.get(self._url, params=params)
@@ -193,15 +198,8 @@ def _root(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
-def _client(
-    base_url: str,
-    api_key: str | None,
-    timeout: httpx.Timeout | float,
-    transport: httpx.AsyncBaseTransport | None,
-    pool: ClientPool | None = None,
-) -> httpx.AsyncClient:
-    headers = {"x-api-key": api_key or "", "anthropic-version": ANTHROPIC_VERSION}
-    return model_client(base_url, timeout=timeout, headers=headers, transport=transport, pool=pool)
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"x-api-key": api_key or "", "anthropic-version": ANTHROPIC_VERSION}
 
 
 def _require_key(api_key: str | None) -> None:

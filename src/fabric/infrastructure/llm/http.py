@@ -5,8 +5,8 @@
 - Proxy settings from the environment (HTTPS_PROXY, NO_PROXY, ...) apply to remote servers,
   never to loopback ones, where a corporate proxy would only get in the way.
 - Redirects are not followed: a model endpoint that redirects is misconfigured.
-- A runner's chat clients share one HTTP client per server (``ClientPool``): a run reuses the
-  connections the runs before it opened.
+- A runner's chat clients take their HTTP client from a pool (``ClientPool``): a run reuses
+  the connection a run before it opened.
 - One whole request has a deadline (``within_deadline``, ``llm.timeouts.request``) besides
   httpx's timeouts, which bound each read only: a server that sends a byte a second never
   trips them.
@@ -21,7 +21,7 @@ import ipaddress
 import json
 import ssl
 from collections.abc import AsyncGenerator, Awaitable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
@@ -66,14 +66,40 @@ def model_client(
     timeout: httpx.Timeout | float,
     headers: Mapping[str, str] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
-    pool: ClientPool | None = None,
 ) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for the model server at ``base_url``: with ``pool`` (and no
-    ``transport`` of the caller's), the pool's one for this server in this event loop, which
-    its user must not close."""
-    if pool is not None and transport is None:
-        return pool.client(base_url, timeout=timeout, headers=headers or {})
+    """An ``httpx.AsyncClient`` for the model server at ``base_url``."""
     return _new_client(base_url, timeout, headers, transport)
+
+
+class ChatHttp:
+    """The HTTP client of one chat client: taken from ``pool`` (unless a ``transport`` of the
+    caller's is given) and given back by ``aclose``, or its own and closed by ``aclose``;
+    either once, however often ``aclose`` is called."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: httpx.Timeout | float,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        pool: ClientPool | None = None,
+    ) -> None:
+        self._pool = pool if transport is None else None
+        if self._pool is not None:
+            self.client = self._pool.take(base_url, timeout=timeout, headers=headers or {})
+        else:
+            self.client = _new_client(base_url, timeout, headers, transport)
+        self._done = False
+
+    async def aclose(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self._pool is not None:
+            await self._pool.give_back(self.client)
+        else:
+            await self.client.aclose()
 
 
 def _new_client(
@@ -81,7 +107,6 @@ def _new_client(
     timeout: httpx.Timeout | float,
     headers: Mapping[str, str] | None,
     transport: httpx.AsyncBaseTransport | None,
-    limits: httpx.Limits | None = None,
 ) -> httpx.AsyncClient:
     https = base_url.lower().startswith("https:")
     return httpx.AsyncClient(
@@ -89,7 +114,6 @@ def _new_client(
         headers=dict(headers or {}),
         timeout=timeout,
         transport=transport,
-        limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=20),
         trust_env=not is_loopback(base_url),
         # Plain http has no TLS to verify; building a verifying context anyway loads the whole
         # CA bundle (~30 ms) for nothing. https always gets the verifying context.
@@ -98,19 +122,27 @@ def _new_client(
     )
 
 
-_SHARED_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=20)
-"""A shared client serves every run at once: no cap on its connections (each run's own client
-had none in all), and 20 idle ones kept (httpx's default)."""
 _Key = tuple[str, tuple[tuple[str, str], ...], str]
-_Clients = dict[_Key, httpx.AsyncClient]
+IDLE_CLIENTS = 16
+"""Clients kept idle per model server and event loop, for the runs to come."""
+
+
+@dataclass
+class _Held:
+    """One event loop's clients: idle ones by server (the last given back last), and those
+    lent to runs now."""
+
+    idle: dict[_Key, list[httpx.AsyncClient]] = field(default_factory=dict)
+    lent: dict[httpx.AsyncClient, _Key] = field(default_factory=dict)
 
 
 class ClientPool:
-    """The HTTP clients of one ``Backends``, kept from one run to the next: one per model
-    server (its URL, headers and timeouts) and event loop. A run then reuses the connections
-    the runs before it opened (and an https server's TLS session) instead of connecting again:
-    a connection and a client cost 1.5-3 ms a run on loopback, a TLS handshake with a cloud
-    API far more.
+    """The HTTP clients of one ``Backends``, kept from one run to the next: a run takes one
+    for its model server (URL, headers, timeouts) and gives it back when it ends; the next
+    run on that server takes it again, with its connection open. It saves connecting again
+    (and a TLS handshake with a cloud API), 1.5-3 ms a run on loopback. Runs at the same time
+    each have a client of their own: one shared by many made each request look through all
+    their connections (50 runs at once took twice as long).
 
     A client belongs to the event loop it was made in, as its connections do. ``aclose``
     closes those of the loop it is called in; the others close as their loop shuts down
@@ -118,26 +150,46 @@ class ClientPool:
     and one of them, ``_keep``, holds that loop's clients)."""
 
     def __init__(self) -> None:
-        self._kept: dict[asyncio.AbstractEventLoop, tuple[_Clients, AsyncGenerator[None, None]]]
+        self._kept: dict[asyncio.AbstractEventLoop, tuple[_Held, AsyncGenerator[None, None]]]
         self._kept = {}
 
-    def client(
+    def take(
         self, base_url: str, *, timeout: httpx.Timeout | float, headers: Mapping[str, str]
     ) -> httpx.AsyncClient:
-        """The client for ``base_url`` with ``headers`` in the running event loop."""
+        """A client for ``base_url`` with ``headers`` in the running event loop: the one given
+        back last, else a new one. Give it back with ``give_back``."""
         loop = asyncio.get_running_loop()
         kept = self._kept.get(loop)
         if kept is None:
-            clients: _Clients = {}
-            keeper = self._keep(loop, clients)
-            self._kept[loop] = kept = (clients, keeper)
+            held = _Held()
+            keeper = self._keep(loop, held)
+            self._kept[loop] = kept = (held, keeper)
             _first_step(keeper)
-        clients = kept[0]
+        held = kept[0]
         key = (base_url, tuple(sorted(headers.items())), repr(timeout))
-        http = clients.get(key)
-        if http is None or http.is_closed:
-            http = clients[key] = _new_client(base_url, timeout, headers, None, _SHARED_LIMITS)
+        idle = held.idle.get(key, [])
+        while idle:
+            http = idle.pop()
+            if not http.is_closed:
+                break
+        else:
+            http = _new_client(base_url, timeout, headers, None)
+        held.lent[http] = key
         return http
+
+    async def give_back(self, http: httpx.AsyncClient) -> None:
+        """Keep ``http`` for the next run on its server, or close it (one too many idle, or
+        not this loop's)."""
+        kept = self._kept.get(asyncio.get_running_loop())
+        key = kept[0].lent.pop(http, None) if kept is not None else None
+        if kept is None or key is None or http.is_closed:
+            await http.aclose()
+            return
+        idle = kept[0].idle.setdefault(key, [])
+        if len(idle) >= IDLE_CLIENTS:
+            await http.aclose()
+        else:
+            idle.append(http)
 
     async def aclose(self) -> None:
         """Close the clients of the running event loop."""
@@ -146,7 +198,7 @@ class ClientPool:
             await kept[1].aclose()
 
     async def _keep(
-        self, loop: asyncio.AbstractEventLoop, clients: _Clients
+        self, loop: asyncio.AbstractEventLoop, held: _Held
     ) -> AsyncGenerator[None, None]:
         """Holds ``loop``'s clients until it is closed: by ``aclose``, or by the loop as it
         shuts down."""
@@ -154,7 +206,7 @@ class ClientPool:
             yield
         finally:
             del self._kept[loop]
-            for http in clients.values():
+            for http in [*held.lent, *(c for idle in held.idle.values() for c in idle)]:
                 with contextlib.suppress(Exception):  # a connection already broken
                     await http.aclose()
 

@@ -40,9 +40,9 @@ from fabric.domain.models import (
 
 from .http import (
     DEFAULT_REQUEST_TIMEOUT,
+    ChatHttp,
     ClientPool,
     encode_json,
-    model_client,
     within_deadline,
 )
 from .http_errors import BODY_LIMIT, status_error, transport_error
@@ -84,8 +84,8 @@ class OllamaChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._http = model_client(base_url, timeout=timeout, transport=transport, pool=pool)
-        self._shared = pool is not None and transport is None  # the pool closes it
+        self._use = ChatHttp(base_url, timeout=timeout, transport=transport, pool=pool)
+        self._http = self._use.client
 
     @property
     def model(self) -> str:
@@ -190,8 +190,7 @@ class OllamaChatClient:
         return status_error(status, text, headers, model=self._model, server="Ollama")
 
     async def aclose(self) -> None:
-        if not self._shared:
-            await self._http.aclose()
+        await self._use.aclose()
 
 
 def to_ollama_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:

@@ -35,9 +35,9 @@ from fabric.domain.secrets import Secrets
 
 from .http import (
     DEFAULT_REQUEST_TIMEOUT,
+    ChatHttp,
     ClientPool,
     encode_json,
-    model_client,
     within_deadline,
 )
 from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
@@ -58,8 +58,8 @@ class OpenAIChatClient:
     ``constrained_tool_calls`` (llama.cpp, and other servers that honour ``response_format``
     with a JSON schema): every reply is constrained to one ``{"name", "arguments"}`` call of an
     offered tool, and read as that call. The model can then never answer in plain text.
-    ``pool``: the HTTP client comes from it, shared with the runner's other runs (``ClientPool``),
-    and is closed by it, not by ``aclose``.
+    ``pool``: the HTTP client is taken from it (``ClientPool``) and given back by ``aclose``,
+    for the runner's next run.
     """
 
     def __init__(
@@ -90,10 +90,10 @@ class OpenAIChatClient:
         # redacted from the errors it raises
         self._secrets = key_secrets(api_key) if secrets is None else secrets
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = model_client(
+        self._use = ChatHttp(
             base_url, timeout=timeout, headers=headers, transport=transport, pool=pool
         )
-        self._shared = pool is not None and transport is None  # the pool closes it
+        self._http = self._use.client
 
     @property
     def model(self) -> str:
@@ -190,8 +190,7 @@ class OpenAIChatClient:
             ) from exc
 
     async def aclose(self) -> None:
-        if not self._shared:
-            await self._http.aclose()
+        await self._use.aclose()
 
 
 _DRAIN_CHARS = 65536
