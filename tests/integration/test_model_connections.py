@@ -10,8 +10,9 @@ import gc
 import textwrap
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fabric.application.job import RunRequest
 from fabric.config.loader import load_config
@@ -34,6 +35,7 @@ CONFIG = """
         finish_schema: {type: object, properties: {answer: {type: string}}, required: [answer]}
 """
 FINISH = completion(None, [("finish_task", {"answer": "done"})])
+T = TypeVar("T")
 
 
 def _runner(folder: Path, server: MockOpenAIServer, *, stream: bool = False) -> Runner:
@@ -47,6 +49,18 @@ def _runner(folder: Path, server: MockOpenAIServer, *, stream: bool = False) -> 
 async def _runs(runner: Runner, folder: Path, count: int) -> list[RunResult]:
     request = RunRequest("helper", "answer", workspace=folder / "ws")
     return [await runner.run(request) for _ in range(count)]
+
+
+def _then_closed(runner: Runner, work: Callable[[], Awaitable[T]]) -> T:
+    """``work`` in a loop of its own, then ``Runner.aclose`` in that loop, as a command does."""
+
+    async def main() -> T:
+        try:
+            return await work()
+        finally:
+            await runner.aclose()
+
+    return asyncio.run(main())
 
 
 def _chats(server: MockOpenAIServer) -> list[int]:
@@ -73,13 +87,9 @@ def test_a_runner_s_runs_one_after_another_use_one_connection_closed_with_the_ru
         runner = _runner(tmp_path, server)
 
         async def three() -> tuple[list[RunResult], int]:
-            try:
-                results = await _runs(runner, tmp_path, 3)
-                return results, server.open_connections
-            finally:
-                await runner.aclose()
+            return await _runs(runner, tmp_path, 3), server.open_connections
 
-        results, open_during = asyncio.run(three())
+        results, open_during = _then_closed(runner, three)
         assert [r.status.value for r in results] == ["completed"] * 3
         chats = _chats(server)
         assert len(chats) == 3 and len(set(chats)) == 1  # three runs, one connection
@@ -91,13 +101,7 @@ def test_streamed_runs_reuse_the_connection_too(tmp_path: Path) -> None:
     with MockOpenAIServer([FINISH] * 2) as server:
         runner = _runner(tmp_path, server, stream=True)
 
-        async def two() -> list[RunResult]:
-            try:
-                return await _runs(runner, tmp_path, 2)
-            finally:
-                await runner.aclose()
-
-        results = asyncio.run(two())
+        results = _then_closed(runner, lambda: _runs(runner, tmp_path, 2))
         assert [r.status.value for r in results] == ["completed"] * 2
         chats = _chats(server)
         assert len(chats) == 2 and len(set(chats)) == 1
@@ -124,13 +128,10 @@ def test_runs_at_the_same_time_have_a_connection_each_which_later_runs_reuse(
         request = RunRequest("helper", "answer", workspace=tmp_path / "ws")
 
         async def together() -> list[RunResult]:
-            try:
-                results = list(await asyncio.gather(runner.run(request), runner.run(request)))
-                return results + await _runs(runner, tmp_path, 1)
-            finally:
-                await runner.aclose()
+            results = list(await asyncio.gather(runner.run(request), runner.run(request)))
+            return results + await _runs(runner, tmp_path, 1)
 
-        results = asyncio.run(together())
+        results = _then_closed(runner, together)
         assert [r.status.value for r in results] == ["completed"] * 3
         first, second, third = _chats(server)
         assert first != second and third in (first, second)
@@ -149,13 +150,7 @@ def test_a_loop_s_connections_close_as_it_ends_and_the_next_loop_opens_its_own(
         first = asyncio.run(_runs(runner, tmp_path, 2))
         assert _all_closed(server)  # the loop closed it as it ended
 
-        async def then() -> list[RunResult]:
-            try:
-                return await _runs(runner, tmp_path, 1)
-            finally:
-                await runner.aclose()
-
-        second = asyncio.run(then())
+        second = _then_closed(runner, lambda: _runs(runner, tmp_path, 1))
         gc.collect()  # an unclosed socket or transport would warn here (warnings are errors)
         assert [r.status.value for r in [*first, *second]] == ["completed"] * 3
         chats = _chats(server)
@@ -169,14 +164,11 @@ def test_a_connection_the_server_dropped_is_replaced(tmp_path: Path) -> None:
         runner = _runner(tmp_path, server)
 
         async def around_a_restart() -> list[RunResult]:
-            try:
-                done = await _runs(runner, tmp_path, 1)
-                await asyncio.to_thread(server.drop_connections)
-                return done + await _runs(runner, tmp_path, 1)
-            finally:
-                await runner.aclose()
+            done = await _runs(runner, tmp_path, 1)
+            await asyncio.to_thread(server.drop_connections)
+            return done + await _runs(runner, tmp_path, 1)
 
-        results = asyncio.run(around_a_restart())
+        results = _then_closed(runner, around_a_restart)
         assert [r.status.value for r in results] == ["completed"] * 2
         chats = _chats(server)
         assert len(chats) == 2 and chats[0] != chats[1]

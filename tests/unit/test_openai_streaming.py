@@ -5,10 +5,10 @@ and how odd, broken or failing streams end (kept and reported, or raised as the 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -386,16 +386,11 @@ def test_a_server_that_ignores_stream_and_sends_json_still_works() -> None:
 # --- a real loopback server -------------------------------------------------------------------
 
 
-@pytest.fixture
-def sse_server() -> Iterator[str]:
-    """An HTTP/1.1 server on 127.0.0.1 that streams events in chunked encoding, one flush each."""
-    events = [
-        text("Hi "),
-        call(0, id="c", type="function", name="read_file", arguments='{"path":'),
-        call(0, arguments=' "ü.txt"}'),
-        chunk({}, "tool_calls"),
-        {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}},
-    ]
+@contextlib.contextmanager
+def chunked_server(pieces: Callable[[], Iterable[bytes]]) -> Iterator[str]:
+    """An HTTP/1.1 server on 127.0.0.1 that answers each POST with the events ``pieces()``
+    gives, in chunked encoding, one flush each, then the closing chunk; a client that hangs up
+    ends the answer. Yields the base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -406,17 +401,19 @@ def sse_server() -> Iterator[str]:
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for event in [*events, "[DONE]"]:
-                data = f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n"
-                raw = data.encode()
-                self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
+            try:
+                for raw in pieces():
+                    self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:  # the client hung up
+                return
 
         def log_message(self, format: str, *args: Any) -> None:
             return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
     thread.start()
     try:
@@ -425,6 +422,24 @@ def sse_server() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def _event(event: Any) -> bytes:
+    return f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n".encode()
+
+
+@pytest.fixture
+def sse_server() -> Iterator[str]:
+    """A loopback server that streams a reply with text and a call split in fragments."""
+    events = [
+        text("Hi "),
+        call(0, id="c", type="function", name="read_file", arguments='{"path":'),
+        call(0, arguments=' "ü.txt"}'),
+        chunk({}, "tool_calls"),
+        {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}},
+    ]
+    with chunked_server(lambda: map(_event, [*events, "[DONE]"])) as url:
+        yield url
 
 
 def test_streaming_from_a_real_loopback_server(sse_server: str) -> None:
@@ -453,50 +468,25 @@ def test_a_server_that_streams_on_after_done_does_not_hold_the_reply(after_done:
     but only so much, for so long: a server that goes on (a comment every few milliseconds,
     or a flood of them) costs its connection, not the reply nor the request's deadline."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def endless() -> Iterator[bytes]:
+        yield _event(text("all here"))
+        yield _event("[DONE]")
+        while True:
+            if after_done == "trickle":
+                threading.Event().wait(0.005)
+                yield b": ping\n\n"
+            else:
+                yield b": " + b"x" * 4096 + b"\n\n"
 
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            comment = b": ping\n\n" if after_done == "trickle" else b": " + b"x" * 4096 + b"\n\n"
-            pieces = [f"data: {json.dumps(text('all here'))}\n\n".encode(), b"data: [DONE]\n\n"]
-            try:
-                for raw in itertools.chain(pieces, itertools.repeat(comment)):
-                    self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
-                    self.wfile.flush()
-                    if after_done == "trickle" and raw is comment:
-                        threading.Event().wait(0.005)
-            except OSError:  # the client hung up, as it should
-                return
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
-    thread.start()
-
-    async def main() -> ChatResponse:
+    async def main(url: str) -> ChatResponse:
         client = OpenAIChatClient(
-            base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
-            model="m",
-            stream=True,
-            request_timeout=REQUEST_TIMEOUT,
+            base_url=url, model="m", stream=True, request_timeout=REQUEST_TIMEOUT
         )
         try:
             return await client.chat(ChatRequest(MESSAGES, TOOLS))
         finally:
             await client.aclose()
 
-    try:
-        response = asyncio.run(main())
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with chunked_server(endless) as url:
+        response = asyncio.run(main(url))
     assert response.content == "all here" and response.warnings == ()
