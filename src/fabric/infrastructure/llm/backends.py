@@ -71,7 +71,7 @@ class Backends:
         self._on_status = on_status
         self._embedded: dict[str, EmbeddedServer] = {}
         self._pool = ClientPool()
-        """The chat clients' HTTP clients, shared by the runs (see ``ClientPool``)."""
+        """The chat clients' HTTP clients, kept from one run to the next (``ClientPool``)."""
         t = llm.timeouts
         self._timeout = httpx.Timeout(t.read, connect=t.connect, write=t.write)
         self._request_timeout = t.request
