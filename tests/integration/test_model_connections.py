@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from fabric.application.job import RunRequest
 from fabric.config.loader import load_config
 from fabric.domain.models import RunResult
-from fabric.infrastructure.llm.http import ChatHttp, ClientPool
+from fabric.infrastructure.llm.http import IDLE_CLIENTS, ChatHttp, ClientPool
 from fabric.interfaces.compose import Runner, build_runner
 from fabric.testing import MockOpenAIServer, completion
 
@@ -192,5 +192,28 @@ def test_a_client_given_back_twice_is_given_back_once() -> None:
         await third.aclose()
         await pool.aclose()
         assert first.client.is_closed and third.client.is_closed
+
+    asyncio.run(main())
+
+
+def test_the_client_idle_longest_is_closed_past_the_pool_s_bound() -> None:
+    """Servers come and go (the embedded one starts anew on another port): the pool keeps
+    IDLE_CLIENTS idle clients in all, and closes the one idle longest past that."""
+
+    async def main() -> None:
+        pool = ClientPool()
+        uses = [
+            ChatHttp(f"http://127.0.0.1:{port}/v1", timeout=5.0, pool=pool)
+            for port in range(9000, 9001 + IDLE_CLIENTS)
+        ]
+        for use in uses:
+            await use.aclose()
+        assert uses[0].client.is_closed
+        assert not any(use.client.is_closed for use in uses[1:])
+        again = ChatHttp("http://127.0.0.1:9001/v1", timeout=5.0, pool=pool)
+        assert again.client is uses[1].client  # still kept, and taken again
+        await again.aclose()
+        await pool.aclose()
+        assert all(use.client.is_closed for use in uses)
 
     asyncio.run(main())

@@ -123,16 +123,18 @@ def _new_client(
 
 
 _Key = tuple[str, tuple[tuple[str, str], ...], str]
-IDLE_CLIENTS = 16
-"""Clients kept idle per model server and event loop, for the runs to come."""
+IDLE_CLIENTS = 32
+"""Clients kept idle per event loop, for the runs to come; past that the one idle longest is
+closed (a server that went away, or the embedded one started anew on another port, then
+leaves nothing behind in a long-running service)."""
 
 
 @dataclass
 class _Held:
-    """One event loop's clients: idle ones by server (the last given back last), and those
-    lent to runs now."""
+    """One event loop's clients: the idle ones, the last given back last, and those lent to
+    runs now."""
 
-    idle: dict[_Key, list[httpx.AsyncClient]] = field(default_factory=dict)
+    idle: list[tuple[_Key, httpx.AsyncClient]] = field(default_factory=list)
     lent: dict[httpx.AsyncClient, _Key] = field(default_factory=dict)
 
 
@@ -167,29 +169,24 @@ class ClientPool:
             _first_step(keeper)
         held = kept[0]
         key = (base_url, tuple(sorted(headers.items())), repr(timeout))
-        idle = held.idle.get(key, [])
-        while idle:
-            http = idle.pop()
-            if not http.is_closed:
-                break
-        else:
+        http = _idle_one(held.idle, key)
+        if http is None:
             http = _new_client(base_url, timeout, headers, None)
         held.lent[http] = key
         return http
 
     async def give_back(self, http: httpx.AsyncClient) -> None:
-        """Keep ``http`` for the next run on its server, or close it (one too many idle, or
-        not this loop's)."""
+        """Keep ``http`` for the next run on its server (closing the client idle longest if
+        there are too many), or close it if it is not this loop's."""
         kept = self._kept.get(asyncio.get_running_loop())
         key = kept[0].lent.pop(http, None) if kept is not None else None
         if kept is None or key is None or http.is_closed:
             await http.aclose()
             return
-        idle = kept[0].idle.setdefault(key, [])
-        if len(idle) >= IDLE_CLIENTS:
-            await http.aclose()
-        else:
-            idle.append(http)
+        idle = kept[0].idle
+        idle.append((key, http))
+        while len(idle) > IDLE_CLIENTS:
+            await idle.pop(0)[1].aclose()
 
     async def aclose(self) -> None:
         """Close the clients of the running event loop."""
@@ -206,9 +203,19 @@ class ClientPool:
             yield
         finally:
             del self._kept[loop]
-            for http in [*held.lent, *(c for idle in held.idle.values() for c in idle)]:
+            for http in [*held.lent, *(client for _key, client in held.idle)]:
                 with contextlib.suppress(Exception):  # a connection already broken
                     await http.aclose()
+
+
+def _idle_one(idle: list[tuple[_Key, httpx.AsyncClient]], key: _Key) -> httpx.AsyncClient | None:
+    """The client for ``key`` given back last and still open, taken out of ``idle``."""
+    for at in range(len(idle) - 1, -1, -1):
+        if idle[at][0] == key:
+            http = idle.pop(at)[1]
+            if not http.is_closed:
+                return http
+    return None
 
 
 def _first_step(keeper: AsyncGenerator[None, None]) -> None:
