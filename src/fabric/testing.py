@@ -124,9 +124,9 @@ class MockOpenAIServer:
     The script is a list of completion bodies (answered in order; then 500s) or a handler
     function. ``requests`` holds every JSON body received, with two keys added: ``_path``
     (the request path) and ``_authorization`` (the Authorization header, or None);
-    ``connections`` the number of the TCP connection each came on (1, 2, ...), and
-    ``open_connections`` how many are open now. Like a real OpenAI server it answers 400 to a
-    malformed history (see ``check_history``).
+    ``connections`` the number of the TCP connection each came on (1, 2, ...), ``listed_on``
+    that of each model listing, and ``open_connections`` how many are open now. Like a real
+    OpenAI server it answers 400 to a malformed history (see ``check_history``).
     """
 
     def __init__(
@@ -134,6 +134,7 @@ class MockOpenAIServer:
     ) -> None:
         self.requests: list[dict[str, Any]] = []
         self.connections: list[int] = []
+        self.listed_on: list[int] = []
         self.open_connections = 0
         self._accepted = 0
         self._counting = threading.Lock()
@@ -249,6 +250,8 @@ class MockOpenAIServer:
                 if not self.path.rstrip("/").endswith("/models"):
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return
+                with server._counting:
+                    server.listed_on.append(self.number)
                 data = [{"id": m, "object": "model", "owned_by": "mock"} for m in server.models]
                 self._send(200, {"object": "list", "data": data})
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from fabric.application.job import RunRequest
 from fabric.config.loader import load_config
 from fabric.domain.models import RunResult
-from fabric.infrastructure.llm.http import IDLE_CLIENTS, ChatHttp, ClientPool
+from fabric.infrastructure.llm.http import IDLE_CLIENTS, ClientPool, ModelHttp
 from fabric.interfaces.compose import Runner, build_runner
 from fabric.testing import MockOpenAIServer, completion
 
@@ -95,6 +95,17 @@ def test_a_runner_s_runs_one_after_another_use_one_connection_closed_with_the_ru
         assert len(chats) == 3 and len(set(chats)) == 1  # three runs, one connection
         assert open_during >= 1  # kept open from one run to the next
         assert _all_closed(server)  # Runner.aclose let go of it
+
+
+def test_the_model_listing_and_the_run_after_it_share_one_connection(tmp_path: Path) -> None:
+    """``fabric run`` lists the server's models, then runs: one connection serves both (one
+    TLS handshake with a cloud API, not two)."""
+    with MockOpenAIServer([FINISH]) as server:
+        runner = _runner(tmp_path, server)
+        results = _then_closed(runner, lambda: _runs(runner, tmp_path, 1))
+        assert [r.status.value for r in results] == ["completed"]
+        assert len(server.listed_on) == 1 and server.listed_on == _chats(server)
+        assert _all_closed(server)
 
 
 def test_streamed_runs_reuse_the_connection_too(tmp_path: Path) -> None:
@@ -181,12 +192,12 @@ def test_a_client_given_back_twice_is_given_back_once() -> None:
     async def main() -> None:
         pool = ClientPool()
         url = "http://127.0.0.1:9/v1"
-        first = ChatHttp(url, timeout=5.0, pool=pool)
+        first = ModelHttp(url, timeout=5.0, pool=pool)
         await first.aclose()
-        second = ChatHttp(url, timeout=5.0, pool=pool)
+        second = ModelHttp(url, timeout=5.0, pool=pool)
         assert second.client is first.client  # the one given back, taken again
         await first.aclose()  # again: nothing happens
-        third = ChatHttp(url, timeout=5.0, pool=pool)
+        third = ModelHttp(url, timeout=5.0, pool=pool)
         assert third.client is not second.client and not second.client.is_closed
         await second.aclose()
         await third.aclose()
@@ -203,14 +214,14 @@ def test_the_client_idle_longest_is_closed_past_the_pool_s_bound() -> None:
     async def main() -> None:
         pool = ClientPool()
         uses = [
-            ChatHttp(f"http://127.0.0.1:{port}/v1", timeout=5.0, pool=pool)
+            ModelHttp(f"http://127.0.0.1:{port}/v1", timeout=5.0, pool=pool)
             for port in range(9000, 9001 + IDLE_CLIENTS)
         ]
         for use in uses:
             await use.aclose()
         assert uses[0].client.is_closed
         assert not any(use.client.is_closed for use in uses[1:])
-        again = ChatHttp("http://127.0.0.1:9001/v1", timeout=5.0, pool=pool)
+        again = ModelHttp("http://127.0.0.1:9001/v1", timeout=5.0, pool=pool)
         assert again.client is uses[1].client  # still kept, and taken again
         await again.aclose()
         await pool.aclose()

@@ -510,15 +510,15 @@ def test_a_plain_http_client_never_trusts_a_certificate() -> None:
     handshake rather than go out unverified."""
     import ssl
 
-    from fabric.infrastructure.llm.http import model_client
+    from fabric.infrastructure.llm.http import ModelHttp
 
     async def contexts() -> list[ssl.SSLContext]:
         made = []
         for _ in range(2):
-            client = model_client("http://127.0.0.1:9/v1", timeout=1.0)
-            pool = client._transport._pool  # type: ignore[attr-defined]
+            use = ModelHttp("http://127.0.0.1:9/v1", timeout=1.0)
+            pool = use.client._transport._pool  # type: ignore[attr-defined]
             made.append(pool._ssl_context)
-            await client.aclose()
+            await use.aclose()
         return made
 
     first, second = asyncio.run(contexts())

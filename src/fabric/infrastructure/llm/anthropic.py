@@ -22,10 +22,9 @@ from .anthropic_stream import Reply, count, parse_message, read_stream
 from .anthropic_wire import to_anthropic_messages, to_anthropic_tools, to_chat_response
 from .http import (
     DEFAULT_REQUEST_TIMEOUT,
-    ChatHttp,
     ClientPool,
+    ModelHttp,
     encode_json,
-    model_client,
     within_deadline,
 )
 from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
@@ -66,7 +65,7 @@ class AnthropicChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._use = ChatHttp(
+        self._use = ModelHttp(
             base_url, timeout=timeout, headers=_headers(api_key), transport=transport, pool=pool
         )
         self._http = self._use.client
@@ -138,8 +137,11 @@ class AnthropicCatalog:
         timeout: httpx.Timeout | float,
         transport: httpx.AsyncBaseTransport | None = None,
         secrets: Secrets | None = None,
+        pool: ClientPool | None = None,
     ) -> None:
         self._name = name
+        self._base_url = base_url
+        self._pool = pool
         self._api_key = api_key
         self._secrets = key_secrets(api_key) if secrets is None else secrets
         self._url = _root(base_url) + "/v1/models"
@@ -155,10 +157,12 @@ class AnthropicCatalog:
         _require_key(self._api_key)
         models: list[ModelInfo] = []
         params: dict[str, str | int] = {"limit": 1000}
-        async with model_client(
-            self._url, timeout=self._timeout, headers=_headers(self._api_key),
-            transport=self._transport,
-        ) as http:  # fmt: skip
+        use = ModelHttp(
+            self._base_url, timeout=self._timeout, headers=_headers(self._api_key),
+            transport=self._transport, pool=self._pool,
+        )  # fmt: skip
+        http = use.client
+        try:
             for _ in range(_MAX_PAGES):
                 try:
                     response = await http.get(self._url, params=params)
@@ -185,6 +189,8 @@ class AnthropicCatalog:
                 if not page.get("has_more") or not page.get("last_id"):
                     break
                 params["after_id"] = str(page["last_id"])
+        finally:
+            await use.aclose()
         return [m for m in models if m.name]
 
     def _info(self, item: Mapping[str, Any]) -> ModelInfo:

@@ -71,7 +71,8 @@ class Backends:
         self._on_status = on_status
         self._embedded: dict[str, EmbeddedServer] = {}
         self._pool = ClientPool()
-        """The chat clients' HTTP clients, kept from one run to the next (``ClientPool``)."""
+        """The HTTP clients of chats and model listings, kept from one run to the next
+        (``ClientPool``)."""
         t = llm.timeouts
         self._timeout = httpx.Timeout(t.read, connect=t.connect, write=t.write)
         self._request_timeout = t.request
@@ -113,6 +114,7 @@ class Backends:
                 ensure_available=backend.ensure_available,
                 timeout=self._timeout,
                 on_status=self._on_status,
+                pool=self._pool,
             )
         if isinstance(backend, OpenAIBackend):
             from .openai_compat import OpenAICatalog
@@ -123,6 +125,7 @@ class Backends:
                 api_key=api_key(backend),
                 secrets=self._secrets,
                 timeout=self._timeout,
+                pool=self._pool,
             )
         if isinstance(backend, AnthropicBackend):
             from .anthropic import AnthropicCatalog
@@ -133,6 +136,7 @@ class Backends:
                 api_key=api_key(backend),
                 secrets=self._secrets,
                 timeout=self._timeout,
+                pool=self._pool,
             )
         from .embedded import EmbeddedCatalog
 

@@ -60,21 +60,11 @@ def is_loopback(url: str) -> bool:
         return False
 
 
-def model_client(
-    base_url: str,
-    *,
-    timeout: httpx.Timeout | float,
-    headers: Mapping[str, str] | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
-) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` for the model server at ``base_url``."""
-    return _new_client(base_url, timeout, headers, transport)
-
-
-class ChatHttp:
-    """The HTTP client of one chat client: taken from ``pool`` (unless a ``transport`` of the
-    caller's is given) and given back by ``aclose``, or its own and closed by ``aclose``;
-    either once, however often ``aclose`` is called."""
+class ModelHttp:
+    """The HTTP client of one chat client or one model listing: taken from ``pool`` (unless a
+    ``transport`` of the caller's is given) and given back by ``aclose``, or its own and
+    closed by ``aclose``; either once, however often ``aclose`` is called. A listing and the
+    chats after it then share one connection (one TLS handshake with a cloud API)."""
 
     def __init__(
         self,
@@ -168,7 +158,7 @@ class ClientPool:
             self._kept[loop] = kept = (held, keeper)
             _first_step(keeper)
         held = kept[0]
-        key = (base_url, tuple(sorted(headers.items())), repr(timeout))
+        key = (base_url.rstrip("/"), tuple(sorted(headers.items())), repr(timeout))
         http = _idle_one(held.idle, key)
         if http is None:
             http = _new_client(base_url, timeout, headers, None)

@@ -32,7 +32,7 @@ import httpx
 from fabric.domain.errors import ModelConnectionError, ModelResponseError, ModelServerError
 from fabric.domain.models import ModelInfo
 
-from .http import model_client
+from .http import ClientPool, ModelHttp
 from .http_errors import BODY_LIMIT, transport_error
 
 SHOW_CONCURRENCY = 4
@@ -68,8 +68,10 @@ class OllamaCatalog:
         transport: httpx.AsyncBaseTransport | None = None,
         on_status: Callable[[str], None] | None = None,
         start_timeout: float = START_TIMEOUT,
+        pool: ClientPool | None = None,
     ) -> None:
         self._name = name
+        self._pool = pool
         self._base = base_url.rstrip("/")
         self._ensure = ensure_available
         self._timeout = timeout
@@ -82,12 +84,16 @@ class OllamaCatalog:
         return self._name
 
     async def list_models(self) -> list[ModelInfo]:
-        async with model_client(
-            self._base, timeout=self._timeout, transport=self._transport
-        ) as http:
+        use = ModelHttp(
+            self._base, timeout=self._timeout, transport=self._transport, pool=self._pool
+        )
+        try:
+            http = use.client
             entries = await self._tags(http)
             limit = asyncio.Semaphore(SHOW_CONCURRENCY)
             return list(await asyncio.gather(*(self._describe(http, limit, e) for e in entries)))
+        finally:
+            await use.aclose()
 
     async def _tags(self, http: httpx.AsyncClient) -> list[Mapping[str, Any]]:
         url = f"{self._base}/api/tags"

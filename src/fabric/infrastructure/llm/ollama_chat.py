@@ -40,8 +40,8 @@ from fabric.domain.models import (
 
 from .http import (
     DEFAULT_REQUEST_TIMEOUT,
-    ChatHttp,
     ClientPool,
+    ModelHttp,
     encode_json,
     within_deadline,
 )
@@ -84,7 +84,7 @@ class OllamaChatClient:
         self._stream = stream
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
-        self._use = ChatHttp(base_url, timeout=timeout, transport=transport, pool=pool)
+        self._use = ModelHttp(base_url, timeout=timeout, transport=transport, pool=pool)
         self._http = self._use.client
 
     @property

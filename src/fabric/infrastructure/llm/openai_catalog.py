@@ -24,7 +24,7 @@ from fabric.domain.errors import ModelResponseError
 from fabric.domain.models import ModelInfo
 from fabric.domain.secrets import Secrets
 
-from .http import model_client
+from .http import ClientPool, ModelHttp
 from .http_errors import BODY_LIMIT, key_secrets, status_error, transport_error
 
 
@@ -40,9 +40,12 @@ class OpenAICatalog:
         timeout: httpx.Timeout | float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
         secrets: Secrets | None = None,
+        pool: ClientPool | None = None,
     ) -> None:
         self._name = name
+        self._base_url = base_url
         self._url = base_url.rstrip("/") + "/models"
+        self._pool = pool
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._secrets = key_secrets(api_key) if secrets is None else secrets
         self._timeout = timeout
@@ -53,13 +56,16 @@ class OpenAICatalog:
         return self._name
 
     async def list_models(self) -> list[ModelInfo]:
-        async with model_client(
-            self._url, timeout=self._timeout, headers=self._headers, transport=self._transport
-        ) as http:
-            try:
-                reply = await http.get(self._url)
-            except httpx.HTTPError as exc:
-                raise transport_error(exc, self._url) from exc
+        use = ModelHttp(
+            self._base_url, timeout=self._timeout, headers=self._headers,
+            transport=self._transport, pool=self._pool,
+        )  # fmt: skip
+        try:
+            reply = await use.client.get(self._url)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self._url) from exc
+        finally:
+            await use.aclose()
         if reply.status_code == 404:
             raise ModelResponseError(
                 f"backend {self._name!r} has no model list at {self._url} (404)",

@@ -35,8 +35,8 @@ from fabric.domain.secrets import Secrets
 
 from .http import (
     DEFAULT_REQUEST_TIMEOUT,
-    ChatHttp,
     ClientPool,
+    ModelHttp,
     encode_json,
     within_deadline,
 )
@@ -90,7 +90,7 @@ class OpenAIChatClient:
         # redacted from the errors it raises
         self._secrets = key_secrets(api_key) if secrets is None else secrets
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._use = ChatHttp(
+        self._use = ModelHttp(
             base_url, timeout=timeout, headers=headers, transport=transport, pool=pool
         )
         self._http = self._use.client
