@@ -5,8 +5,8 @@
 - Proxy settings from the environment (HTTPS_PROXY, NO_PROXY, ...) apply to remote servers,
   never to loopback ones, where a corporate proxy would only get in the way.
 - Redirects are not followed: a model endpoint that redirects is misconfigured.
-- A runner's chat clients take their HTTP client from a pool (``ClientPool``): a run reuses
-  the connection a run before it opened.
+- A runner's chat clients and model listings take their HTTP client from a pool
+  (``ClientPool``): a run reuses the connection a run or a listing before it opened.
 - One whole request has a deadline (``within_deadline``, ``llm.timeouts.request``) besides
   httpx's timeouts, which bound each read only: a server that sends a byte a second never
   trips them.
