@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -285,6 +286,53 @@ def probe(
         return check
 
     return register
+
+
+@dataclass(frozen=True)
+class CatLaunch:
+    """The launcher's own command line for ``cat`` of some files, with a place hidden, as
+    ``SandboxedCommands`` would start it: built first (a probe may change the host between
+    building and running it), run afterwards."""
+
+    argv: list[str]
+    workspace: Path
+    env: dict[str, str]
+
+    def run(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv, cwd=self.workspace, env=self.env, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+
+def cat_launch(
+    lab: Path,
+    backend: str,
+    hidden: Path,
+    files: Sequence[Path],
+    readable: Sequence[Path] = (),
+) -> CatLaunch:
+    """``cat files`` under ``backend`` with ``hidden`` hidden, from a new workspace (and temp
+    folder) in ``lab``; ``readable``: the folders bubblewrap must bind for it."""
+    from fabric.infrastructure.sandbox import backend_for
+    from fabric.infrastructure.sandbox.profile import hidden_paths
+    from fabric.infrastructure.sandbox.runner import launch_argv
+
+    workspace, temp = lab / "ws", lab / "tmp"
+    workspace.mkdir()
+    temp.mkdir()
+    sandbox = SandboxSettings(confinement=backend)  # type: ignore[arg-type]
+    argv = launch_argv(
+        backend_for(sandbox),
+        sandbox,
+        workspace=workspace,
+        hidden=hidden_paths([hidden], home=""),
+        temp=temp,
+        command=[shutil.which("cat") or "/bin/cat", *map(str, files)],
+        cgroups=[],
+        readable=list(readable),
+    )
+    return CatLaunch(argv, workspace, {**scrubbed_env(sandbox), "TMPDIR": str(temp)})
 
 
 GUARD = 180.0

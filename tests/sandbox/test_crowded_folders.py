@@ -5,20 +5,14 @@ runs (seen first in a full test run, when the host's /tmp held several thousand 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fabric.config.schema import SandboxSettings
-from fabric.infrastructure.sandbox import backend_for
-from fabric.infrastructure.sandbox.profile import hidden_paths
-from fabric.infrastructure.sandbox.runner import SPEC_ARG_CHARS, launch_argv
-from fabric.infrastructure.tools.shell import scrubbed_env
+from fabric.infrastructure.sandbox.runner import SPEC_ARG_CHARS
 
-from .lab import lab_folder
+from .lab import cat_launch, lab_folder
 
 CROWD = 4000
 """Entries beside the hidden place: their paths alone come to several times 128 KiB."""
@@ -40,26 +34,13 @@ def test_a_command_runs_when_its_hidden_place_sits_among_thousands(lab: Path, ba
     secret.mkdir()
     (secret / "a.txt").write_text("THE-SECRET\n")
     (crowded / "open.txt").write_text("OPEN-TO-READ\n")
-    workspace, temp = lab / "ws", lab / "tmp"
-    workspace.mkdir()
-    temp.mkdir()
-    sandbox = SandboxSettings(confinement=backend)  # type: ignore[arg-type]
-    cat = shutil.which("cat") or "/bin/cat"
-    argv = launch_argv(
-        backend_for(sandbox),
-        sandbox,
-        workspace=workspace,
-        hidden=hidden_paths([secret], home=""),
-        temp=temp,
-        command=[cat, str(crowded / "open.txt"), str(secret / "a.txt")],
-        cgroups=[],
-        readable=[crowded] if backend == "bwrap" else [],
-    )
+    readable = [crowded] if backend == "bwrap" else []
+    launch = cat_launch(lab, backend, secret, [crowded / "open.txt", secret / "a.txt"], readable)
+    argv = launch.argv
     assert all(len(arg.encode()) <= SPEC_ARG_CHARS for arg in argv)
     if backend == "landlock":  # the grants really are that many: one argument would not do
         assert sum(map(len, argv)) > 2 * 128 * 1024
-    env = {**scrubbed_env(sandbox), "TMPDIR": str(temp)}
-    done = subprocess.run(argv, cwd=workspace, env=env, capture_output=True, text=True, timeout=120)
+    done = launch.run(timeout=120)
     assert not done.stderr.startswith("fabric-sandbox:"), done.stderr
     assert "OPEN-TO-READ" in done.stdout, done.stdout + done.stderr  # it ran, and read
     assert "THE-SECRET" not in done.stdout
