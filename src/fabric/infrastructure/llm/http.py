@@ -31,6 +31,8 @@ from fabric.application.ports import ModelCatalog
 from fabric.domain.errors import ModelTimeoutError
 from fabric.domain.models import ModelInfo
 
+from .network import use_asyncio
+
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 DEFAULT_REQUEST_TIMEOUT = 900.0
 """Seconds one model request may take in all: the default of ``llm.timeouts.request``."""
@@ -99,7 +101,7 @@ def _new_client(
     transport: httpx.AsyncBaseTransport | None,
 ) -> httpx.AsyncClient:
     https = base_url.lower().startswith("https:")
-    return httpx.AsyncClient(
+    client = httpx.AsyncClient(
         base_url=base_url,
         headers=dict(headers or {}),
         timeout=timeout,
@@ -110,6 +112,9 @@ def _new_client(
         verify=_tls_context() if https else _no_tls_context(),
         follow_redirects=False,
     )
+    if transport is None:
+        use_asyncio(client)
+    return client
 
 
 _Key = tuple[str, tuple[tuple[str, str], ...], str]

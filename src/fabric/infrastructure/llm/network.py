@@ -1,0 +1,286 @@
+"""The sockets under fabric's model requests: httpcore's network backend, on asyncio itself.
+
+httpx reaches the network through httpcore, whose default backend goes through anyio: each read
+and write opens an anyio cancel scope for its timeout, and each request asks the socket with a
+``select`` call whether the server closed it meanwhile. On a loopback model that answers at
+once this costs about 0.15-0.3 ms a request, a tenth of a step. ``AsyncioBackend`` does the
+same work with an ``asyncio.Protocol``: the event loop hands it the bytes as they come, a
+timeout is an ``asyncio.timeout``, and whether an idle connection was closed is known without a
+system call (ADR 0008).
+
+Only the model clients use it (``http.ModelHttp``), and only for connections they make
+themselves: a proxy's connections keep httpcore's own backend. fabric runs on asyncio
+everywhere (the CLI, uvicorn, DBOS), so this is not a second event loop library but the one
+already under anyio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ssl
+from collections.abc import Awaitable, Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+_HIGH = 1 << 20
+"""Bytes a connection holds unread before it stops reading from the socket (a server sending a
+large reply faster than it is parsed)."""
+_LOW = 1 << 18
+"""...and reads again once the held bytes are down to this."""
+_CLOSE_SECONDS = 1.0
+"""How long closing waits for the transport to go (a TLS close_notify) before cutting it."""
+
+
+class _Link(asyncio.Protocol):
+    """One connection's bytes as the event loop delivers them, and its state."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.held = 0
+        self.eof = False
+        self.error: Exception | None = None
+        self.gone = False
+        self.reading_paused = False
+        self._data: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.held += len(data)
+        if self.held > _HIGH and not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        self._wake(self._data)
+
+    def eof_received(self) -> bool | None:
+        self.eof = True
+        self._wake(self._data)
+        return None  # the transport closes itself: a half-closed HTTP/1.1 connection is done
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gone = True
+        self.error = exc
+        self._wake(self._data)
+        self._wake(self._writable)
+        self._wake(self._lost)
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self._wake(self._writable)
+        self._writable = None
+
+    # for the stream
+
+    def take(self, max_bytes: int) -> bytes:
+        chunk = self.chunks.popleft()
+        if len(chunk) > max_bytes:
+            self.chunks.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        self.held -= len(chunk)
+        if self.reading_paused and self.held <= _LOW and self.transport is not None:
+            self.reading_paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    async def data(self) -> None:
+        """Until bytes come, the server ends its side, or the connection is lost."""
+        if self.chunks or self.eof or self.gone:
+            return
+        self._data = asyncio.get_running_loop().create_future()
+        try:
+            await self._data
+        finally:
+            self._data = None
+
+    async def writable(self) -> None:
+        """Until the transport takes more bytes (it said its buffer is full)."""
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+
+    async def lost(self, seconds: float) -> bool:
+        """Whether the connection went within ``seconds``."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await asyncio.shield(self._lost)
+        return self._lost.done()
+
+    @staticmethod
+    def _wake(waiter: asyncio.Future[None] | None) -> None:
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class AsyncioStream(httpcore.AsyncNetworkStream):
+    """A connection for httpcore: reads, writes, TLS, and whether it is still usable."""
+
+    def __init__(self, link: _Link) -> None:
+        self._link = link
+
+    @property
+    def _transport(self) -> asyncio.Transport:
+        transport = self._link.transport
+        assert transport is not None  # set by connection_made, before the stream is made
+        return transport
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        link = self._link
+        if not link.chunks:
+            try:
+                async with asyncio.timeout(timeout):
+                    await link.data()
+            except TimeoutError:
+                raise httpcore.ReadTimeout(f"no data from the server in {timeout} s") from None
+        if link.chunks:
+            return link.take(max_bytes)
+        if link.error is not None:
+            raise httpcore.ReadError(str(link.error) or type(link.error).__name__)
+        return b""  # the server closed its side
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        link = self._link
+        if link.gone or self._transport.is_closing():
+            raise httpcore.WriteError(str(link.error or "the connection is closed"))
+        self._transport.write(buffer)
+        try:
+            async with asyncio.timeout(timeout):
+                await link.writable()
+        except TimeoutError:
+            raise httpcore.WriteTimeout(f"the server took no data in {timeout} s") from None
+        if link.gone and link.error is not None:
+            raise httpcore.WriteError(str(link.error) or type(link.error).__name__)
+
+    async def aclose(self) -> None:
+        transport = self._link.transport
+        if transport is None or self._link.gone:
+            return
+        transport.close()
+        try:
+            if not await self._link.lost(_CLOSE_SECONDS):
+                transport.abort()
+                await self._link.lost(_CLOSE_SECONDS)
+        except BaseException:  # cancelled while closing: the socket goes all the same
+            transport.abort()
+            raise
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                upgraded = await loop.start_tls(
+                    self._transport, self._link, ssl_context, server_hostname=server_hostname
+                )
+        except TimeoutError:
+            self._transport.abort()
+            raise httpcore.ConnectTimeout(f"the TLS handshake took over {timeout} s") from None
+        except (OSError, ssl.SSLError) as exc:
+            self._transport.abort()
+            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+        if upgraded is None:  # the connection closed during the handshake
+            raise httpcore.ConnectError("the server closed the connection during the handshake")
+        assert isinstance(upgraded, asyncio.Transport)
+        self._link.transport = upgraded
+        return self
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            # An idle connection that has bytes or an end from the server is done with: httpcore
+            # asks this before each request on a kept connection.
+            link = self._link
+            return bool(link.chunks) or link.eof or link.gone
+        transport = self._link.transport
+        if transport is None:
+            return None
+        name = {
+            "ssl_object": "ssl_object",
+            "client_addr": "sockname",
+            "server_addr": "peername",
+            "socket": "socket",
+        }.get(info)
+        return transport.get_extra_info(name) if name is not None else None
+
+
+class AsyncioBackend(httpcore.AsyncNetworkBackend):
+    """Connections for httpcore made with the running event loop."""
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        local = (local_address, 0) if local_address else None
+        return await _connected(
+            loop.create_connection(_Link, host, port, local_addr=local, happy_eyeballs_delay=0.25),
+            timeout,
+            socket_options,
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        return await _connected(loop.create_unix_connection(_Link, path), timeout, socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+async def _connected(
+    connecting: Awaitable[tuple[asyncio.Transport, _Link]],
+    timeout: float | None,
+    options: Iterable[httpcore.SOCKET_OPTION] | None,
+) -> AsyncioStream:
+    try:
+        async with asyncio.timeout(timeout):
+            transport, link = await connecting
+    except TimeoutError:
+        raise httpcore.ConnectTimeout(f"no connection within {timeout} s") from None
+    except OSError as exc:
+        raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+    sock = transport.get_extra_info("socket")
+    for option in options or ():
+        sock.setsockopt(*option)
+    return AsyncioStream(link)
+
+
+def use_asyncio(client: httpx.AsyncClient) -> bool:
+    """Make the connections ``client`` opens itself (not through a proxy) with
+    ``AsyncioBackend``; whether it could. httpx has no setting for this: its transport's
+    connection pool is reached by name, and a client whose insides differ keeps its own
+    backend (slower, not wrong)."""
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    if type(pool) is not httpcore.AsyncConnectionPool or not hasattr(pool, "_network_backend"):
+        return False
+    pool._network_backend = _BACKEND
+    return True
+
+
+_BACKEND = AsyncioBackend()
