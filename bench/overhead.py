@@ -219,8 +219,8 @@ class Sides:
     """The three ways a task is run in process (loop and raw make an HTTP client per task).
 
     - ``loop``: ``execute_task`` with a new ``OpenAIChatClient`` and a new ``JsonlRunLog`` per
-      run; the client gets a transport built on one shared TLS context (as raw does), so the
-      row shows the loop's own cost.
+      run; the client makes its own HTTP client as fabric does for a chat client without a
+      runner (its TLS contexts are made once per process, as raw's is).
     - ``runner``: ``Runner.run`` as shipped, exactly what ``fabric run`` and the HTTP service
       call (a chat client for every run, on the runner's kept connection).
     - ``raw``: bench/raw_loop.py, a new httpx.AsyncClient per task on one shared TLS context.
@@ -237,7 +237,6 @@ class Sides:
             base_url=setup.server.base_url,
             model=f"steps-{steps}",
             timeout=httpx.Timeout(600.0, connect=10.0, write=60.0),
-            transport=httpx.AsyncHTTPTransport(verify=raw_loop.TLS),
         )
         try:
             job = Job(

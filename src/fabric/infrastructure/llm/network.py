@@ -33,6 +33,13 @@ _LOW = 1 << 18
 """...and reads again once the held bytes are down to this."""
 _CLOSE_SECONDS = 1.0
 """How long closing waits for the transport to go (a TLS close_notify) before cutting it."""
+_EXTRA = {
+    "ssl_object": "ssl_object",
+    "client_addr": "sockname",
+    "server_addr": "peername",
+    "socket": "socket",
+}
+"""httpcore's names for what a connection tells about itself, and asyncio's."""
 
 
 class _Link(asyncio.Protocol):
@@ -107,8 +114,13 @@ class _Link(asyncio.Protocol):
         finally:
             self._data = None
 
+    @property
+    def write_paused(self) -> bool:
+        """Whether the transport said its buffer is full."""
+        return self._writable is not None
+
     async def writable(self) -> None:
-        """Until the transport takes more bytes (it said its buffer is full)."""
+        """Until the transport takes more bytes again, or the connection is lost."""
         if self._writable is not None:
             await asyncio.shield(self._writable)
 
@@ -158,11 +170,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         if link.gone or self._transport.is_closing():
             raise httpcore.WriteError(str(link.error or "the connection is closed"))
         self._transport.write(buffer)
-        try:
-            async with asyncio.timeout(timeout):
-                await link.writable()
-        except TimeoutError:
-            raise httpcore.WriteTimeout(f"the server took no data in {timeout} s") from None
+        if link.write_paused:
+            try:
+                async with asyncio.timeout(timeout):
+                    await link.writable()
+            except TimeoutError:
+                raise httpcore.WriteTimeout(f"the server took no data in {timeout} s") from None
         if link.gone and link.error is not None:
             raise httpcore.WriteError(str(link.error) or type(link.error).__name__)
 
@@ -209,16 +222,10 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             # asks this before each request on a kept connection.
             link = self._link
             return bool(link.chunks) or link.eof or link.gone
-        transport = self._link.transport
-        if transport is None:
+        transport, name = self._link.transport, _EXTRA.get(info)
+        if transport is None or name is None:
             return None
-        name = {
-            "ssl_object": "ssl_object",
-            "client_addr": "sockname",
-            "server_addr": "peername",
-            "socket": "socket",
-        }.get(info)
-        return transport.get_extra_info(name) if name is not None else None
+        return transport.get_extra_info(name)
 
 
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
