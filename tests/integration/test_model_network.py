@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 import ssl
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -366,3 +369,83 @@ def test_the_backend_reports_errors_as_httpcore_does() -> None:
             await backend.connect_tcp("127.0.0.1", port, timeout=5)
 
     asyncio.run(main())
+
+
+def test_a_reply_cut_by_closing_the_client_fails_instead_of_looking_whole() -> None:
+    """A body that runs to the end of the connection (no length) is being read when the
+    client is closed: the reader gets an error, not the part that came as if it were all."""
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\npart-1;")
+        for part in range(2, 200):
+            await asyncio.sleep(0.05)
+            writer.write(b"part-%d;" % part)
+
+    async def main() -> None:
+        server = Server(trickle)
+        async with server.running() as url:
+            client = _client(url)
+            got: list[bytes] = []
+
+            async def read() -> None:
+                async with client.stream("GET", url) as reply:
+                    async for chunk in reply.aiter_raw():
+                        got.append(chunk)
+
+            reading = asyncio.create_task(read())
+            while not got:
+                await asyncio.sleep(0.01)
+            await client.aclose()
+            with pytest.raises(httpx.ReadError):
+                await reading
+
+    asyncio.run(main())
+
+
+def test_a_connection_closed_twice_at_once_over_tls_lets_go_of_its_socket(
+    ca: trustme.CA,
+) -> None:
+    """A request to an https server that never answers (nor answers a TLS goodbye) is
+    cancelled, and the client is closed while that connection is still closing: the socket
+    is gone, the server sees the end, instead of it lingering until asyncio's TLS shutdown
+    timeout (30 s)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    context = _tls_server(ca)
+    shaken, ended = threading.Event(), threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with context.wrap_socket(conn, server_side=True) as tls:
+            shaken.set()
+            # Read the bytes as they come, unencrypted (the request, a TLS goodbye, which
+            # is never answered) until the client's socket is closed.
+            with socket.socket(fileno=os.dup(tls.fileno())) as raw, contextlib.suppress(OSError):
+                while raw.recv(65536):
+                    pass
+        ended.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    async def main() -> None:
+        trusted = ssl.create_default_context()
+        ca.configure_trust(trusted)
+        client = httpx.AsyncClient(verify=trusted, timeout=30)
+        assert use_asyncio(client)
+        url = f"https://127.0.0.1:{listener.getsockname()[1]}/v1/models"
+        asking = asyncio.create_task(client.get(url))
+        assert await asyncio.to_thread(shaken.wait, 10)
+        await asyncio.sleep(0.1)  # the request is out; the server keeps quiet
+        asking.cancel()
+        await asyncio.sleep(0.1)  # its connection is closing
+        await client.aclose()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        assert await asyncio.to_thread(ended.wait, 10)
+
+    try:
+        asyncio.run(main())
+    finally:
+        listener.close()
+        thread.join(10)

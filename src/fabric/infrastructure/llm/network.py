@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import ssl
 from collections.abc import Awaitable, Iterable
 from typing import Any
@@ -31,8 +30,6 @@ _HIGH = 1 << 20
 large reply faster than it is parsed)."""
 _LOW = 1 << 18
 """...and reads again once the held bytes are down to this."""
-_CLOSE_SECONDS = 1.0
-"""How long closing waits for the transport to go (a TLS close_notify) before cutting it."""
 _EXTRA = {
     "ssl_object": "ssl_object",
     "client_addr": "sockname",
@@ -40,6 +37,8 @@ _EXTRA = {
     "socket": "socket",
 }
 """httpcore's names for what a connection tells about itself, and asyncio's."""
+_NO_LIMIT = 365 * 24 * 3600.0
+"""A TLS handshake's limit when httpcore gives none (asyncio's own would be 60 s)."""
 
 
 class _Link(asyncio.Protocol):
@@ -53,9 +52,10 @@ class _Link(asyncio.Protocol):
         self.error: Exception | None = None
         self.gone = False
         self.reading_paused = False
+        self.closed = False
+        """Closed on this side (``AsyncioStream.aclose``)."""
         self._data: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
-        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     # asyncio.Protocol
 
@@ -81,7 +81,6 @@ class _Link(asyncio.Protocol):
         self.error = exc
         self._wake(self._data)
         self._wake(self._writable)
-        self._wake(self._lost)
 
     def pause_writing(self) -> None:
         if self._writable is None:
@@ -124,13 +123,6 @@ class _Link(asyncio.Protocol):
         if self._writable is not None:
             await asyncio.shield(self._writable)
 
-    async def lost(self, seconds: float) -> bool:
-        """Whether the connection went within ``seconds``."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await asyncio.shield(self._lost)
-        return self._lost.done()
-
     @staticmethod
     def _wake(waiter: asyncio.Future[None] | None) -> None:
         if waiter is not None and not waiter.done():
@@ -161,13 +153,15 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             return link.take(max_bytes)
         if link.error is not None:
             raise httpcore.ReadError(str(link.error) or type(link.error).__name__)
+        if link.closed:  # a body that runs to the end of the connection must not look whole
+            raise httpcore.ReadError("the connection was closed on this side")
         return b""  # the server closed its side
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
         link = self._link
-        if link.gone or self._transport.is_closing():
+        if link.closed or link.gone or self._transport.is_closing():
             raise httpcore.WriteError(str(link.error or "the connection is closed"))
         self._transport.write(buffer)
         if link.write_paused:
@@ -180,17 +174,17 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             raise httpcore.WriteError(str(link.error) or type(link.error).__name__)
 
     async def aclose(self) -> None:
-        transport = self._link.transport
-        if transport is None or self._link.gone:
+        link, transport = self._link, self._link.transport
+        if transport is None or link.closed:
             return
+        link.closed = True  # once: closing an SSL transport twice leaves its socket open
+        if link.gone:
+            return
+        # Say goodbye (a FIN, or TLS close_notify, goes out at once when nothing waits to be
+        # sent), then let go of the socket: closing never waits on the server, which may be
+        # the reason for closing (a timeout, a cancel, a server that stopped answering).
         transport.close()
-        try:
-            if not await self._link.lost(_CLOSE_SECONDS):
-                transport.abort()
-                await self._link.lost(_CLOSE_SECONDS)
-        except BaseException:  # cancelled while closing: the socket goes all the same
-            transport.abort()
-            raise
+        transport.abort()
 
     async def start_tls(
         self,
@@ -198,11 +192,19 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
+        loop, link = asyncio.get_running_loop(), self._link
+        if link.gone or link.eof or link.closed or self._transport.is_closing():
+            self._transport.abort()
+            raise httpcore.ConnectError("the server closed the connection before the handshake")
         try:
             async with asyncio.timeout(timeout):
                 upgraded = await loop.start_tls(
-                    self._transport, self._link, ssl_context, server_hostname=server_hostname
+                    self._transport,
+                    link,
+                    ssl_context,
+                    server_hostname=server_hostname,
+                    # asyncio's own handshake limit (60 s) must not cut in before ours
+                    ssl_handshake_timeout=_NO_LIMIT if timeout is None else timeout + 1.0,
                 )
         except TimeoutError:
             self._transport.abort()
@@ -210,6 +212,9 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         except (OSError, ssl.SSLError) as exc:
             self._transport.abort()
             raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+        except BaseException:  # cancelled, or refused by the context: the socket goes too
+            self._transport.abort()
+            raise
         if upgraded is None:  # the connection closed during the handshake
             raise httpcore.ConnectError("the server closed the connection during the handshake")
         assert isinstance(upgraded, asyncio.Transport)
