@@ -53,6 +53,14 @@ class Server:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    async def ended_one(self) -> bool:
+        """Whether a connection has ended, waiting up to 5 s for one to."""
+        for _ in range(500):
+            if self.ended:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
     @contextlib.asynccontextmanager
     async def running(self, tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
         server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
@@ -73,6 +81,12 @@ async def _request(reader: asyncio.StreamReader) -> bytes:
         if name.strip().lower() == b"content-length":
             length = int(value)
     return await reader.readexactly(length)
+
+
+async def _silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Takes the request and answers nothing, until the client hangs up."""
+    await _request(reader)
+    await reader.read()
 
 
 def _reply(body: bytes, *, close: bool = False) -> bytes:
@@ -154,21 +168,13 @@ def test_large_request_and_reply_bodies_arrive_whole_through_a_slow_reader() -> 
 
 
 def test_a_server_that_stops_answering_trips_the_read_timeout() -> None:
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _request(reader)
-        await reader.read()  # until the client hangs up
-
     async def main() -> None:
-        server = Server(silent)
+        server = Server(_silent)
         async with server.running() as url:
             client = _client(url, read=0.3)
             with pytest.raises(httpx.ReadTimeout):
                 await client.post(url, content=b"{}")
-            for _ in range(100):
-                if server.ended:
-                    break
-                await asyncio.sleep(0.01)
-            assert server.ended == 1  # the connection did not outlive the timeout
+            assert await server.ended_one()  # the connection did not outlive the timeout
             await client.aclose()
 
     asyncio.run(main())
@@ -251,12 +257,8 @@ def test_a_reply_cut_short_is_a_connection_error_the_run_can_report() -> None:
 
 
 def test_a_cancelled_request_leaves_no_connection_open() -> None:
-    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _request(reader)
-        await reader.read()  # until the client hangs up
-
     async def main() -> None:
-        server = Server(slow)
+        server = Server(_silent)
         async with server.running() as url:
             client = _client(url)
             task = asyncio.create_task(client.post(url, content=b"{}"))
@@ -265,12 +267,8 @@ def test_a_cancelled_request_leaves_no_connection_open() -> None:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            for _ in range(100):
-                if server.ended:
-                    break
-                await asyncio.sleep(0.01)
+            assert await server.ended_one()
             await client.aclose()
-            assert server.ended == 1
 
     asyncio.run(main())
 

@@ -278,8 +278,12 @@ async def _connected(
     except OSError as exc:
         raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
     sock = transport.get_extra_info("socket")
-    for option in options or ():
-        sock.setsockopt(*option)
+    try:
+        for option in options or ():
+            sock.setsockopt(*option)
+    except OSError as exc:
+        transport.abort()
+        raise httpcore.ConnectError(f"cannot set a socket option: {exc}") from exc
     return AsyncioStream(link)
 
 
