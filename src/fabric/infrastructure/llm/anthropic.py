@@ -68,7 +68,6 @@ class AnthropicChatClient:
         self._use = ModelHttp(
             base_url, timeout=timeout, headers=_headers(api_key), transport=transport, pool=pool
         )
-        self._http = self._use.client
 
     @property
     def model(self) -> str:
@@ -98,8 +97,8 @@ class AnthropicChatClient:
         return response
 
     async def _send(self, content: bytes, on_delta: DeltaSink | None) -> Reply:
-        request = self._http.build_request("POST", self._url, content=content, headers=_JSON)
-        response = await self._http.send(request, stream=self._stream)
+        request = self._use.client.build_request("POST", self._url, content=content, headers=_JSON)
+        response = await self._use.client.send(request, stream=self._stream)
         try:
             if response.status_code >= 400:
                 await response.aread()

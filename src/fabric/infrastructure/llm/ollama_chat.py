@@ -85,7 +85,6 @@ class OllamaChatClient:
         self._temperature = temperature
         self._text_tool_calls = text_tool_calls
         self._use = ModelHttp(base_url, timeout=timeout, transport=transport, pool=pool)
-        self._http = self._use.client
 
     @property
     def model(self) -> str:
@@ -126,7 +125,7 @@ class OllamaChatClient:
         return response
 
     async def _read_stream(self, content: bytes, reply: _Reply) -> None:
-        async with self._http.stream("POST", self._url, content=content, headers=_JSON) as r:
+        async with self._use.client.stream("POST", self._url, content=content, headers=_JSON) as r:
             if r.status_code >= 400:
                 await r.aread()
                 raise self._status_error(r.status_code, _error_text(r.text), r.headers)
@@ -140,7 +139,7 @@ class OllamaChatClient:
             )
 
     async def _read_whole(self, content: bytes, reply: _Reply) -> None:
-        r = await self._http.post(self._url, content=content, headers=_JSON)
+        r = await self._use.client.post(self._url, content=content, headers=_JSON)
         if r.status_code >= 400:
             raise self._status_error(r.status_code, _error_text(r.text), r.headers)
         try:

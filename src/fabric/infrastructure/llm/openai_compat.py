@@ -93,7 +93,6 @@ class OpenAIChatClient:
         self._use = ModelHttp(
             base_url, timeout=timeout, headers=headers, transport=transport, pool=pool
         )
-        self._http = self._use.client
 
     @property
     def model(self) -> str:
@@ -126,7 +125,7 @@ class OpenAIChatClient:
 
     async def _chat_once(self, content: bytes) -> ChatResponse:
         try:
-            reply = await self._http.post(self._url, content=content, headers=_JSON)
+            reply = await self._use.client.post(self._url, content=content, headers=_JSON)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._url) from exc
         if reply.status_code >= 400:
@@ -134,9 +133,9 @@ class OpenAIChatClient:
         return parse_completion(self._json(reply))
 
     async def _chat_streamed(self, content: bytes, on_delta: DeltaSink | None) -> ChatResponse:
-        request = self._http.build_request("POST", self._url, content=content, headers=_JSON)
+        request = self._use.client.build_request("POST", self._url, content=content, headers=_JSON)
         try:
-            reply = await self._http.send(request, stream=True)
+            reply = await self._use.client.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._url) from exc
         try:
