@@ -54,12 +54,8 @@ class EngineeringResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     summary: str = Field(description="What was done and how it was checked, in a few sentences.")
-    artifacts: list[str] = Field(
-        default_factory=list, description="Workspace paths of files created or changed."
-    )
-    next_steps: list[str] = Field(
-        default_factory=list, description="What a person should do or check next."
-    )
+    artifacts: list[str] = Field([], description="Workspace paths of files created or changed.")
+    next_steps: list[str] = Field([], description="What a person should do or check next.")
     notes: str = Field("", description="Anything else worth knowing: caveats, open questions.")
 
 

@@ -6,7 +6,6 @@ tests."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import threading
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import uvicorn
 from support import mock_llm
 from test_service import FINAL, GUARD, free_port
@@ -72,7 +72,7 @@ def project(folder: Path) -> Path:
 def said(text: str, response: ChatResponse) -> ChatResponse:
     """``response`` with ``text`` as the model's words before its tool calls."""
     message = {**response.message, "content": text}
-    return dataclasses.replace(response, message=message, content=text)
+    return msgspec.structs.replace(response, message=message, content=text)
 
 
 async def writer(task: str, step: int) -> ChatResponse:

@@ -7,7 +7,6 @@ their command line, never by a pid the confined program printed."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import shlex
@@ -19,6 +18,7 @@ from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from sandbox.host import all_backends, kill_token, new_token, wait_gone
 
@@ -396,7 +396,7 @@ def test_long_pytest_output_reaches_the_model_trimmed_to_the_failures(
         kept[f"artifacts/{name}"] = text
         return f"artifacts/{name}"
 
-    ctx = dataclasses.replace(
+    ctx = msgspec.structs.replace(
         backend_ctx(workspace, allowed_commands=["python"], command_timeout=60), save_artifact=save
     )
     out = run(shell(ctx, "python -m pytest -v -p no:cacheprovider"))

@@ -5,13 +5,13 @@ the pack's own tools offered from the start, the server's found and loaded, a ru
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from support import assert_valid_runlog, read_events
 from typer.testing import CliRunner
 
@@ -59,7 +59,7 @@ def test_a_run_finds_loads_and_calls_one_of_120_server_tools(tmp_path: Path) -> 
     first = ScriptedChatClient([search, load])
     runner = build_runner(load_config(config), chat_factory=lambda m: first)
     request = RunRequest("office", "Norway's fuel surcharge?", workspace=tmp_path / "ws")
-    stopped = asyncio.run(runner.run(dataclasses.replace(request, max_steps=2)))
+    stopped = asyncio.run(runner.run(msgspec.structs.replace(request, max_steps=2)))
     assert stopped.status.value == "max_steps", stopped.error
     path = Path(str(stopped.runlog_path))
     events = read_events(path)

@@ -5,11 +5,11 @@ are any and the run changed something."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from fabric.application.context import ToolContext
@@ -180,7 +180,7 @@ def test_a_brief_with_little_room_keeps_the_outcome_and_cuts_the_code_to_fit(
 
     shutil.copytree(LENDING, ctx.workspace, dirs_exist_ok=True)
     room = 4_000
-    limited = dataclasses.replace(ctx, brief_chars=room)
+    limited = msgspec.structs.replace(ctx, brief_chars=room)
     told = asyncio.run(WorkspaceBrief(keep_failing_tests=True)(limited))
     text = told.text
     assert len(text) <= room
@@ -218,7 +218,7 @@ def test_a_brief_without_a_room_or_with_room_enough_shows_the_code_as_it_did(
     for entry in ctx.workspace.iterdir():
         shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     shutil.copytree(LENDING, ctx.workspace, dirs_exist_ok=True)
-    roomy_ctx = dataclasses.replace(ctx, brief_chars=len(whole) + 100)
+    roomy_ctx = msgspec.structs.replace(ctx, brief_chars=len(whole) + 100)
     roomy = asyncio.run(WorkspaceBrief()(roomy_ctx)).text
 
     def timeless(text: str) -> str:  # pytest's duration differs from run to run
@@ -240,7 +240,7 @@ def test_a_pass_after_the_run_changed_the_tests_says_so(ctx: ToolContext) -> Non
     assert verdict is not None and verdict.ok  # the tests pass: that is what was observed
     assert "the run changed tests or their settings: tests/test_calc.py" in verdict.summary
     assert verdict.detail["tests_changed"] == ["tests/test_calc.py"]
-    failing_before = dataclasses.replace(record, before={AUTO_COMMAND: 1})
+    failing_before = msgspec.structs.replace(record, before={AUTO_COMMAND: 1})
     again = check(CommandVerifier("auto"), ctx, failing_before)
     assert again is not None and again.ok and not again.confirms  # changed tests prove nothing
 
@@ -258,16 +258,16 @@ def test_the_tests_confirm_the_work_only_when_they_failed_before_the_run(
         assert made is not None and made.ok, made
         return made
 
-    fixed = verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 1}))
+    fixed = verdict(msgspec.structs.replace(WROTE, before={AUTO_COMMAND: 1}))
     assert fixed.confirms and fixed.detail["before"] == 1
     assert fixed.summary == f"`{AUTO_COMMAND}` passed (exit code 0)"
-    unchanged = verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 0}))
+    unchanged = verdict(msgspec.structs.replace(WROTE, before={AUTO_COMMAND: 0}))
     assert not unchanged.confirms
     assert unchanged.summary.endswith(
         "they passed before the run too, so they do not show the work"
     )
-    assert not verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 5})).confirms
-    named = verdict(dataclasses.replace(WROTE, before={AUTO_COMMAND: 0}), "python -m pytest -q")
+    assert not verdict(msgspec.structs.replace(WROTE, before={AUTO_COMMAND: 5})).confirms
+    named = verdict(msgspec.structs.replace(WROTE, before={AUTO_COMMAND: 0}), "python -m pytest -q")
     assert named.confirms and "before" not in named.detail
 
 

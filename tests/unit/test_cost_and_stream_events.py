@@ -5,10 +5,10 @@ fallback events of the resilient clients, all valid against the published runlog
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from support import OnDelta, assert_valid_runlog, kinds
 
@@ -92,7 +92,7 @@ def test_cost_is_the_tokens_at_the_configured_prices(workspace: Path) -> None:
 
 
 def test_the_model_the_server_names_is_priced_else_the_clients(workspace: Path) -> None:
-    named = [dataclasses.replace(r, model="gpt-4o-mini-2024-07-18") for r in TWO_STEPS]
+    named = [msgspec.structs.replace(r, model="gpt-4o-mini-2024-07-18") for r in TWO_STEPS]
     chat = ScriptedChatClient(named, model="gpt-4o-mini")
     result, events = run(chat, workspace, prices={"gpt-4o-mini": (1.0, 2.0)})
     assert result.cost_usd == pytest.approx((4000 * 1.0 + 300 * 2.0) / 1_000_000)
@@ -133,7 +133,7 @@ def test_a_failed_run_still_reports_its_cost(workspace: Path) -> None:
 
 
 def test_tool_calls_parsed_from_text_and_adapter_warnings_are_recorded(workspace: Path) -> None:
-    from_text = dataclasses.replace(
+    from_text = msgspec.structs.replace(
         step("echo", {"text": "a"}, 10, 5),
         tool_calls_from_text=True,
         warnings=("the server counted 812 prompt tokens for a prompt of about 9000",),

@@ -6,11 +6,11 @@ comparison built from the attempts."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from sandbox.host import confining_backends
 from support import assert_valid_runlog, read_events, write
@@ -235,7 +235,7 @@ def test_compare_says_which_differences_are_beyond_the_noise() -> None:
     cases = [_case("a"), _case("b")]
     before = [_record("a", n, passed=n == 1) for n in range(1, 6)]
     before += [_record("b", n, passed=True) for n in range(1, 6)]
-    after = [dataclasses.replace(r, passed=True) for r in before if r.case == "a"]
+    after = [msgspec.structs.replace(r, passed=True) for r in before if r.case == "a"]
     after += [_record("b", n, passed=n < 5) for n in range(1, 6)]
     a = build_results(before, cases, 5, {"suite": {"name": "s"}, "date": "d1"})
     b = build_results(after, cases, 5, {"suite": {"name": "s"}, "date": "d2"})

@@ -5,12 +5,12 @@ before. Replay and resume of a run that recorded changes still work."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from support import assert_valid_runlog
 
 from fabric.application.context import ToolContext
@@ -199,7 +199,7 @@ def test_the_context_each_call_gets_is_its_own(workspace: Path) -> None:
         seen.append(len(ctx.changes))
         return "ok"
 
-    pack = dataclasses.replace(writer_pack(), tools=[*writer_pack().tools, FunctionTool(spy)])
+    pack = msgspec.structs.replace(writer_pack(), tools=[*writer_pack().tools, FunctionTool(spy)])
     chat = ScriptedChatClient(
         [
             tool_calls(("write_file", {"path": "a.txt", "content": "a"}), ("spy", {})),

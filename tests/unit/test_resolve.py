@@ -9,12 +9,12 @@ tools or size)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from fabric.application.ports import ModelCatalog
@@ -238,7 +238,7 @@ class Catalog:
         self, backend: str, models: Sequence[ModelInfo] = (), error: Exception | None = None
     ):
         self._backend = backend
-        self._models = [dataclasses.replace(m, backend=backend) for m in models]
+        self._models = [msgspec.structs.replace(m, backend=backend) for m in models]
         self._error = error
         self.listed = 0
 
@@ -485,7 +485,7 @@ def test_probe_is_true_when_the_model_calls_the_offered_tool() -> None:
     [
         reply("It is about noon."),
         tool_call("get_weather", city="Paris"),
-        dataclasses.replace(tool_call("get_time"), tool_calls_from_text=True),
+        msgspec.structs.replace(tool_call("get_time"), tool_calls_from_text=True),
         ModelToolsUnsupportedError("registry.ollama.ai/library/gemma:2b does not support tools"),
     ],
     ids=["text", "other-tool", "from-text", "server-refuses-tools"],

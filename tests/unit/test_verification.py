@@ -6,11 +6,11 @@ evidence; every check is in the runlog, and a replay or a resume answers it from
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 from support import assert_valid_runlog, kinds
@@ -307,7 +307,7 @@ def cite(*citations: tuple[str, str]) -> Any:
 
 
 def research(workspace: Path, script: list[Any]) -> tuple[RunResult, MemoryRunLog]:
-    p = dataclasses.replace(
+    p = msgspec.structs.replace(
         pack(CitationVerifier(), tools=(FunctionTool(fetch_url),)),
         finish_schema={"type": "object"},
     )
@@ -507,7 +507,7 @@ def test_a_model_told_which_figure_is_unquoted_can_fix_its_answer(workspace: Pat
             "26,212,352 readings",
         ),
     ]
-    p = dataclasses.replace(
+    p = msgspec.structs.replace(
         pack(CitationVerifier(), tools=(FunctionTool(fetch_url),)),
         finish_schema={"type": "object"},
     )
@@ -650,7 +650,7 @@ def test_the_brief_is_added_to_the_task_recorded_and_replayed_as_it_was(workspac
         looks.append(str(ctx.workspace))
         return "Files: a.py"
 
-    briefed = dataclasses.replace(pack(Check(PASSED)), brief=brief)
+    briefed = msgspec.structs.replace(pack(Check(PASSED)), brief=brief)
     result, log, chat = run(briefed, [finish()], workspace)
     assert result.status is RunStatus.COMPLETED and len(looks) == 1
     assert chat.requests[0][0][1] == {"role": "user", "content": "do it\n\nFiles: a.py"}
@@ -662,7 +662,7 @@ def test_the_brief_is_added_to_the_task_recorded_and_replayed_as_it_was(workspac
     report = asyncio.run(
         replay(
             log.events,
-            pack=dataclasses.replace(pack(Check()), brief=other),
+            pack=msgspec.structs.replace(pack(Check()), brief=other),
             run_id="r2",
             workspace=workspace,
             kit=Kit(None, MemoryRunLog("r2")),
@@ -675,7 +675,7 @@ def test_a_brief_that_fails_is_said_and_the_run_goes_on(workspace: Path) -> None
     async def broken(ctx: ToolContext) -> str:
         raise OSError("disk on fire")
 
-    result, _, chat = run(dataclasses.replace(pack(), brief=broken), [finish()], workspace)
+    result, _, chat = run(msgspec.structs.replace(pack(), brief=broken), [finish()], workspace)
     assert result.status is RunStatus.COMPLETED
     assert "could not look at the workspace first: OSError: disk on fire" in str(
         chat.requests[0][0][1]["content"]
@@ -686,7 +686,7 @@ def test_a_resumed_run_tells_the_recorded_brief_once(workspace: Path) -> None:
     async def brief(ctx: ToolContext) -> str:
         return "Files: a.py"
 
-    briefed = dataclasses.replace(pack(), brief=brief)
+    briefed = msgspec.structs.replace(pack(), brief=brief)
     _, log, _ = run(briefed, [tool_call("note", text="a"), tool_call("note", text="b")], workspace)
     events = [e for e in log.events if e["kind"] != "run_finished"]
     resumed = MemoryRunLog("r1")
@@ -697,7 +697,7 @@ def test_a_resumed_run_tells_the_recorded_brief_once(workspace: Path) -> None:
     result = asyncio.run(
         resume_task(
             plan_resume(events),
-            pack=dataclasses.replace(pack(), brief=never),
+            pack=msgspec.structs.replace(pack(), brief=never),
             workspace=workspace,
             kit=Kit(ScriptedChatClient([finish()]), resumed),
         )
@@ -722,7 +722,7 @@ def test_files_the_brief_keeps_are_refused_to_file_tools_recorded_and_kept_on_re
         return Briefing("Tests fail.", ("tests/test_a.py",), "it is a failing test")
 
     tools = tuple(library_tools("write_file", "edit_file"))
-    briefed = dataclasses.replace(pack(tools=tools), brief=brief)
+    briefed = msgspec.structs.replace(pack(tools=tools), brief=brief)
     script = [
         tool_call("write_file", path="tests/test_a.py", content="def test_x():\n    pass\n"),
         tool_call("edit_file", path="tests/test_a.py", old="assert False", new="assert True"),
@@ -757,7 +757,7 @@ def test_files_the_brief_keeps_are_refused_to_file_tools_recorded_and_kept_on_re
     outcome = asyncio.run(
         resume_task(
             plan_resume(events),
-            pack=dataclasses.replace(briefed, brief=never),
+            pack=msgspec.structs.replace(briefed, brief=never),
             workspace=workspace,
             kit=Kit(ScriptedChatClient(again), resumed),
         )
@@ -777,7 +777,7 @@ def test_a_run_cut_off_while_the_pack_looked_looks_again_when_resumed(workspace:
         looks.append("looked")
         return "Files: a.py"
 
-    briefed = dataclasses.replace(pack(), brief=brief)
+    briefed = msgspec.structs.replace(pack(), brief=brief)
     _, log, _ = run(briefed, [finish()], workspace)
     cut = [e for e in log.events if e["kind"] == "run_started"]  # killed mid-look
     resumed, chat = MemoryRunLog("r1"), ScriptedChatClient([finish()])

@@ -5,17 +5,17 @@ prompt and tools; the pack itself is never changed."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
 
 from .pack import AfterCall, Pack
 from .ports import Tool
 
 
-@dataclass(frozen=True, slots=True)
-class Addition:
+class Addition(Struct, frozen=True):
     """One convention's part in one run."""
 
     name: str
@@ -44,7 +44,7 @@ def joined(pack: Pack, additions: Sequence[Addition]) -> Pack:
     if not prompts and not tools and not hooks:
         return pack
     prompt = "\n\n".join([pack.system_prompt, *prompts])
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         pack,
         system_prompt=prompt,
         tools=(*pack.tools, *tools),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from fabric.config.schema import Budget
 from fabric.domain.errors import RunError
@@ -58,8 +59,7 @@ def _amount(limit: str, value: float) -> str:
     return f"{int(value):,} {_UNITS[limit]}"
 
 
-@dataclass
-class Used:
+class Used(Struct):
     tokens: int = 0
     cost_usd: float = 0.0
     tool_calls: int = 0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from msgspec import Struct
 
-@dataclass(frozen=True, slots=True)
-class CommandOutcome:
+
+class CommandOutcome(Struct, frozen=True):
     """How a command ended: its exit code (None when fabric stopped it), its combined output
     (capped) and, when fabric stopped it, why."""
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from fabric.config.schema import SandboxSettings
 
@@ -16,8 +17,7 @@ if TYPE_CHECKING:
     from .budget import Spending
 
 
-@dataclass(frozen=True, slots=True)
-class FileChange:
+class FileChange(Struct, frozen=True):
     """One file a tool call changed, for the runlog (``tool_result.changes``), never for the
     model: its workspace-relative ``path``, a unified ``diff`` (cut when long, with a note),
     and whether the call created or deleted it."""
@@ -36,8 +36,7 @@ class FileChange:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ToolContext:
+class ToolContext(Struct, frozen=True):
     """The run's workspace and sandbox rules, handed to every tool call."""
 
     run_id: str

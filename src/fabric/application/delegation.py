@@ -13,9 +13,10 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from fabric.config.policy import PolicySettings
 from fabric.config.schema import SandboxSettings
@@ -32,8 +33,7 @@ PREFIX = "delegate_"
 DONE = (RunStatus.COMPLETED, RunStatus.COMPLETED_UNCONFIRMED)
 
 
-@dataclass(frozen=True, slots=True)
-class Parent:
+class Parent(Struct, frozen=True):
     """The run a sub-run was delegated by, and what it hands down."""
 
     run_id: str
@@ -71,8 +71,7 @@ Delegate = Callable[[str, str, Parent], Awaitable[RunResult]]
 """Runs a sub-run: the pack, the task, and the run it was delegated by (``Runner.delegated``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Lineage:
+class Lineage(Struct, frozen=True):
     """Where a run stands in its task tree: what its delegation tools hand down."""
 
     depth: int = 0

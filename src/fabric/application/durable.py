@@ -12,10 +12,11 @@ code, message and hint, and raised again the same way.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
+
+import msgspec
 
 from fabric.domain.errors import FabricError, RecordedRunError, RecordedToolError, ToolError
 from fabric.domain.models import ChatRequest, ChatResponse, Message, ToolSpec
@@ -200,7 +201,7 @@ class CheckpointedApprover:
 
     async def request(self, request: ApprovalRequest) -> ApprovalAnswer:
         async def ask() -> JSON:
-            return dataclasses.asdict(await self._approver.request(request))
+            return msgspec.structs.asdict(await self._approver.request(request))
 
         recorded = _unwrapped(await self._points.step("approval", lambda: _guarded(ask)))
         return ApprovalAnswer(**recorded)
@@ -325,7 +326,7 @@ def checkpointed(
     the pack's tools, its brief and checks, and the answers of people."""
     pack: Pack = job.pack
     confirm = _confirmer(job, kit, control)
-    durable_pack = dataclasses.replace(
+    durable_pack = msgspec.structs.replace(
         pack,
         tools=tuple(CheckpointedTool(t, points, confirm) for t in pack.tools),
         verifiers=tuple(CheckpointedVerifier(v, points) for v in pack.verifiers),
@@ -338,14 +339,14 @@ def checkpointed(
         updates = CheckpointedUpdates(kit.tool_updates, durable_pack.tools, points, confirm)
     approver = control.approver
     return (
-        dataclasses.replace(job, pack=durable_pack),
-        dataclasses.replace(
+        msgspec.structs.replace(job, pack=durable_pack),
+        msgspec.structs.replace(
             kit,
             chat=chat,
             tool_updates=updates,
             summarize=None if summarize is None else checkpointed_summaries(summarize, points),
         ),
-        dataclasses.replace(
+        msgspec.structs.replace(
             control, approver=None if approver is None else CheckpointedApprover(approver, points)
         ),
     )

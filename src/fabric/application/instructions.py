@@ -10,8 +10,9 @@ import json
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from fabric.config.prompts import (
     INSTRUCTIONS,
@@ -34,8 +35,7 @@ _NOT_A_TAG = "\u2039"
 """What a file's own ``<project_instructions`` starts with instead (a look-alike angle)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Given:
+class Given(Struct, frozen=True):
     """One file's instructions as the model got them."""
 
     path: str
@@ -56,8 +56,7 @@ class Given:
         return {"path": self.path, "chars": len(self.text), "sha256": digest, "cut": self.cut}
 
 
-@dataclass(frozen=True, slots=True)
-class Skipped:
+class Skipped(Struct, frozen=True):
     """A file that was there but not given, and why."""
 
     path: str

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from fabric.config.policy import PolicySettings
 from fabric.config.schema import Budget, Limits, SandboxSettings, ToolSearchSettings
@@ -23,8 +24,7 @@ from .pack import Pack
 from .ports import Approver, ChatClient, RunLog, RunObserver, Summarize, ToolUpdates
 
 
-@dataclass(frozen=True, slots=True)
-class RunRequest:
+class RunRequest(Struct, frozen=True):
     """A run as someone asks for it (``fabric run``, ``POST /tasks``, an eval attempt)."""
 
     pack: str
@@ -47,8 +47,7 @@ class RunRequest:
     """The run that delegated this one (None: a person started it)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+class Job(Struct, frozen=True):
     """What the loop runs: the task, the built pack, where, and within which limits."""
 
     task: str
@@ -67,8 +66,7 @@ class Job:
     never)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Kit:
+class Kit(Struct, frozen=True):
     """What a run works with, set up by the composition root."""
 
     chat: ChatClient | None
@@ -101,8 +99,7 @@ LEFT_FOR_RECOVERY = "fabric: left for recovery"
 without an end, as if its process had died, so the run that continues it goes on in it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Control:
+class Control(Struct, frozen=True):
     """How a run is steered from outside while it goes on."""
 
     cancel: asyncio.Event | None = None
@@ -125,8 +122,7 @@ class Control:
         return tuple(o.event for o in self.observers)
 
 
-@dataclass(frozen=True, slots=True)
-class DeltaFanout:
+class DeltaFanout(Struct, frozen=True):
     """Passes each streamed piece to every observer."""
 
     observers: tuple[RunObserver, ...]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from fabric.domain.errors import ToolError
 from fabric.domain.secrets import Secrets
@@ -68,8 +69,7 @@ _CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], " ")
 _QUERY_CHARS = 200
 
 
-@dataclass(frozen=True, slots=True)
-class Fact:
+class Fact(Struct, frozen=True):
     """One memory: a fact, the workspace it belongs to, and the run that kept it."""
 
     id: int

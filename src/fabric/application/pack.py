@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import Struct, field
 from pydantic import BaseModel, ValidationError
 
 from fabric.config.schema import SandboxSettings
@@ -18,8 +18,7 @@ from .verify import Verifier
 FINISH_TOOL = "finish_task"
 
 
-@dataclass(frozen=True, slots=True)
-class Briefing:
+class Briefing(Struct, frozen=True):
     """What a brief found: the text told to the model, and workspace files the run's file
     tools keep as they are (``keep``, workspace-relative; ``why`` is said when a tool is
     refused one), e.g. the tests that fail at the start of a fix."""
@@ -38,8 +37,7 @@ task); e.g. the files and how the tests fare (``infrastructure/tools/briefs.py``
 string is a ``Briefing`` that keeps nothing."""
 
 
-@dataclass(frozen=True, slots=True)
-class Appended:
+class Appended(Struct, frozen=True):
     """What a convention adds to one tool call's output (``AfterCall``): ``text`` goes to the
     model after the tool's own output; ``meta`` is recorded in the call's ``tool_result``
     (``additions[name]``)."""
@@ -139,8 +137,7 @@ def model_check(model: type[BaseModel]) -> FinishCheck:
     return check
 
 
-@dataclass(frozen=True)
-class Pack:
+class Pack(Struct, frozen=True):
     """Everything the loop needs to run one kind of specialist.
 
     ``finish_schema`` is the JSON Schema of the run's final output: the parameters of the

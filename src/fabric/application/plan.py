@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from fabric.config.schema import PlanSettings
 from fabric.domain.errors import ToolError
@@ -41,8 +42,7 @@ _HINT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class PlanItem:
+class PlanItem(Struct, frozen=True):
     """One step of the checklist."""
 
     step: str

@@ -4,8 +4,9 @@ proves they fit. No adapter inherits from these classes."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from msgspec import Struct
 
 from fabric.domain.models import (
     ChatDelta,
@@ -77,8 +78,7 @@ class Tool(Protocol):
     async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str: ...
 
 
-@dataclass(frozen=True, slots=True)
-class ToolChange:
+class ToolChange(Struct, frozen=True):
     """The tools a run offers from now on, because a source of them changed (an MCP server's
     list): every tool but ``finish_task``, and what changed, for ``llm_request.tools_changed``."""
 

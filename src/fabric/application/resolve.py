@@ -18,9 +18,10 @@ The model is picked by the rule in ``fabric.application.selection`` (re-exported
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+import msgspec
+from msgspec import Struct
 
 from fabric.config.schema import LLMSettings
 from fabric.domain.errors import (
@@ -47,8 +48,7 @@ PROBE_TOOL = {
 _PROBE_ASK = "What time is it? Call the get_time tool to find out; do not answer in text."
 
 
-@dataclass(frozen=True)
-class Resolution:
+class Resolution(Struct, frozen=True):
     """The backend and model a run will use, and why."""
 
     backend: str
@@ -111,7 +111,7 @@ async def resolve_llm(
             continue
         notes = "; ".join(f"{b} skipped: {why}" for b, why in skipped)
         reason = f"{notes}; {candidate}: {found.reason}" if notes else found.reason
-        return dataclasses.replace(found, reason=reason, skipped=tuple(skipped))
+        return msgspec.structs.replace(found, reason=reason, skipped=tuple(skipped))
     raise _none_usable(llm, skipped, failures)
 
 
@@ -167,7 +167,7 @@ async def _on_backend(
             break
         ok = await probe(name, chosen.name)
         probed[chosen.name] = ok
-        models = [dataclasses.replace(m, tools=ok) if m is chosen else m for m in models]
+        models = [msgspec.structs.replace(m, tools=ok) if m is chosen else m for m in models]
     if probed:
         verdicts = [(m, _probe_note(m, v, probed)) for m, v in verdicts]
         found = [n for n, ok in probed.items() if ok]

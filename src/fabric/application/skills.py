@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from msgspec import Struct
 
 SKILL_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 """A skill's name: lowercase letters and digits in words joined by single hyphens (the Agent
@@ -27,8 +28,7 @@ SKIPPED_KEPT = 50
 Source = Literal["configured", "workspace"]
 
 
-@dataclass(frozen=True, slots=True)
-class Skill:
+class Skill(Struct, frozen=True):
     """A skill a run may be offered."""
 
     name: str
@@ -41,21 +41,22 @@ class Skill:
     skill, absolute for a configured one."""
     sha256: str
     """Of its SKILL.md as read when the run started."""
-    body: str | None = field(repr=False)
+    body: str | None
     """The instructions below the front matter, as read when the run started; None for a
     skill restored from a recorded run whose SKILL.md is no longer the one recorded."""
 
+    def __repr__(self) -> str:  # without the body, which may run to pages
+        return f"Skill(name={self.name!r}, source={self.source!r}, folder={self.folder!r})"
 
-@dataclass(frozen=True, slots=True)
-class Skipped:
+
+class Skipped(Struct, frozen=True):
     """A folder that looked like a skill but is not offered, and why."""
 
     folder: str
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
+class Found(Struct, frozen=True):
     """What a look through a pack's skill folders found."""
 
     skills: tuple[Skill, ...] = ()

@@ -15,14 +15,14 @@ that did nothing; a real quote does not make an answer right. A verdict says whe
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from msgspec import Struct, field
 
 from .context import ToolContext
 
 
-@dataclass(frozen=True, slots=True)
-class ToolUse:
+class ToolUse(Struct, frozen=True):
     """One tool call of the run and what came of it (the output uncut)."""
 
     name: str
@@ -31,8 +31,7 @@ class ToolUse:
     output: str
 
 
-@dataclass(slots=True)
-class RunRecord:
+class RunRecord(Struct):
     """What the run has done so far, as verifiers see it."""
 
     uses: list[ToolUse] = field(default_factory=list)
@@ -54,8 +53,7 @@ class RunRecord:
         return [u for u in self.uses if u.name == name and u.ok]
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(Struct, frozen=True):
     """The outcome of one check. ``summary`` is one line; ``evidence`` is what the model and
     the person reading the runlog need to see to understand a failure (trimmed)."""
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from msgspec import Struct, field
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, JsonValue, Tag, field_validator
 
 from .loader import _line_of
@@ -272,8 +272,7 @@ def suite_json_schema() -> dict[str, Any]:
 CheckSpec = RunCheck | FileCheck | PayloadCheck
 
 
-@dataclass(frozen=True)
-class EvalCase:
+class EvalCase(Struct, frozen=True):
     """A case with the suite's defaults applied: what one attempt runs and checks."""
 
     id: str
@@ -293,8 +292,7 @@ class EvalCase:
     """Facts the attempt's workspace remembers as its run starts (``Case.memory``)."""
 
 
-@dataclass(frozen=True)
-class LoadedSuite:
+class LoadedSuite(Struct, frozen=True):
     """A checked suite and where it came from."""
 
     name: str

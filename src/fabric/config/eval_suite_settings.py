@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 from pydantic import ValidationError
 
 from fabric.domain.errors import ConfigError
@@ -70,4 +70,4 @@ def with_pack_settings(
                 f"{where}: pack_settings.{name}: {problems}", hint="fix the suite's pack_settings"
             ) from None
     config = loaded.config.model_copy(update={"packs": packs, "mcp_servers": servers})
-    return dataclasses.replace(loaded, config=config)
+    return msgspec.structs.replace(loaded, config=config)

@@ -19,11 +19,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import yaml
+from msgspec import Struct, field
 
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import hide_credentials
@@ -61,8 +61,7 @@ class Setting(NamedTuple):
     """What it was given, as messages show it."""
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(Struct, frozen=True, dict=True):
     """One source of settings, as a plain mapping."""
 
     name: str
@@ -111,8 +110,7 @@ class Layer:
         return next((s for k, s in self.settings.items() if k[: len(key)] == key), None)
 
 
-@dataclass(frozen=True)
-class Origins:
+class Origins(Struct, frozen=True):
     """Layers merged, lowest first: the merged mapping and the layer that set each key (a
     mapping's: the highest layer that set anything in it). The ``Places`` of error messages."""
 

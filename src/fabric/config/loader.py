@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
 from pydantic import BaseModel, ValidationError
 
 from fabric.domain.errors import ConfigError
@@ -45,8 +45,7 @@ Flags = Mapping[str, tuple[Key, Any]]
 an option given as None was not given."""
 
 
-@dataclass(frozen=True)
-class LoadedConfig:
+class LoadedConfig(Struct, frozen=True):
     """A checked config and where it came from."""
 
     config: FabricConfig

@@ -97,6 +97,4 @@ class PolicySettings(_Strict):
         description="Seconds an 'ask' waits for an answer (terminal or HTTP); then the call "
         "is denied.",
     )
-    rules: list[PolicyRule] = Field(
-        default_factory=list, description="Rules in order; the first that matches wins."
-    )
+    rules: list[PolicyRule] = Field([], description="Rules in order; the first that matches wins.")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from fabric.domain.errors import ConfigError
 
@@ -45,8 +46,7 @@ _CAPTURE_OFF = ("false", "no_content", "event_only")
 _OFF_HINT = f"unset it, or set {SDK_DISABLED}=true to turn tracing off"
 
 
-@dataclass(frozen=True, slots=True)
-class TraceSettings:
+class TraceSettings(Struct, frozen=True):
     """How spans are exported: by which exporters, to where, with or without content."""
 
     exporters: tuple[str, ...]

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 _MONTHS = {
     name: number
@@ -77,8 +78,7 @@ _GAPS = re.compile(r"[\u00a0\u2009\u202f ']")
 """What stands between numbers written side by side, or between groups of thousands."""
 
 
-@dataclass(frozen=True, slots=True)
-class Figure:
+class Figure(Struct, frozen=True):
     """One figure of a text: as written there, and its canonical ``key``."""
 
     text: str

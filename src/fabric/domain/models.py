@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 Message = dict[str, Any]
 """One chat message in OpenAI wire form."""
@@ -19,8 +20,7 @@ Message = dict[str, Any]
 JSONSchema = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
+class ToolCall(Struct, frozen=True):
     """A tool call the model asked for.
 
     ``arguments`` is the parsed JSON object, or None when the model sent something that is not
@@ -64,8 +64,7 @@ def assistant_message(content: str | None, calls: Sequence[ToolCall] = ()) -> Me
     return message
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(Struct, frozen=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -80,8 +79,7 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-@dataclass(frozen=True, slots=True)
-class ChatResponse:
+class ChatResponse(Struct, frozen=True):
     """What one model call returned.
 
     ``message`` is the assistant message exactly as it goes back into the history.
@@ -101,8 +99,7 @@ class ChatResponse:
     truncated, stream chunks it could not read."""
 
 
-@dataclass(frozen=True, slots=True)
-class ChatDelta:
+class ChatDelta(Struct, frozen=True):
     """A piece of a streamed reply, for live display: some text, or a fragment of tool call
     number ``tool_index`` (its ``tool_name`` comes with the first fragment)."""
 
@@ -116,8 +113,7 @@ DeltaSink = Callable[[ChatDelta], None]
 """Receives a streamed reply's pieces as they arrive (for live display only)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
+class ChatRequest(Struct, frozen=True):
     """One model call: the whole history in wire form, the tools offered (OpenAI ``tools``
     entries), and where a streaming client sends each piece of the reply. One value, so every
     client and every wrapper has the same short signature and passes the request on whole."""
@@ -130,8 +126,7 @@ class ChatRequest:
     to fit the model's window): what a replay compares with the recorded history."""
 
 
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
+class ModelInfo(Struct, frozen=True):
     """A model a backend offers, with what is known of it (None: not known)."""
 
     name: str
@@ -146,8 +141,7 @@ class ModelInfo:
     quantization: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
+class ToolSpec(Struct, frozen=True):
     """How a tool is offered to the model: the OpenAI ``tools`` entry, in parts."""
 
     name: str
@@ -200,8 +194,7 @@ class RunStatus(enum.StrEnum):
     """A fatal error (model server, configuration) ended the run."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunResult:
+class RunResult(Struct, frozen=True):
     run_id: str
     status: RunStatus
     payload: dict[str, Any] | None

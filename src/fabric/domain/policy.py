@@ -22,10 +22,11 @@ import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from typing import Any, Literal, Protocol
+
+from msgspec import Struct
 
 from .errors import SandboxError
 
@@ -81,8 +82,7 @@ class Policy(Protocol):
     def rules(self) -> Sequence[Rule]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(Struct, frozen=True):
     """What the policy says about one call. ``rule`` is the deciding rule as readable text
     (None when the default applied or shell syntax was found); ``reason`` says why in words."""
 
@@ -91,8 +91,7 @@ class Decision:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class ApprovalRequest:
+class ApprovalRequest(Struct, frozen=True):
     """A call waiting for a person's yes or no."""
 
     run_id: str
@@ -106,8 +105,7 @@ class ApprovalRequest:
     """Seconds the answer may take; then the call is denied."""
 
 
-@dataclass(frozen=True, slots=True)
-class ApprovalAnswer:
+class ApprovalAnswer(Struct, frozen=True):
     """A person's (or a stand-in's) answer. ``scope="run"`` means: the same answer for every
     later call of this tool under the same rule, for the rest of the run."""
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from .models import RunStatus
 
@@ -16,8 +17,7 @@ FINAL = frozenset({*(status.value for status in RunStatus), INTERRUPTED})
 STATUSES = FINAL | {QUEUED, RUNNING, AWAITING_APPROVAL}
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
+class TaskRecord(Struct, frozen=True):
     """What the service knows of a task. ``id`` is also the run id of its runlog."""
 
     id: str

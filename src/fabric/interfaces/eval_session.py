@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import fnmatch
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 import fabric
 from fabric.application.evals.attempts import EvalRun, Planned, plan, run_eval
@@ -38,8 +39,7 @@ from .eval_web import WebFixture
 TIER_PREFIX = "tier:"
 
 
-@dataclass(frozen=True)
-class EvalOptions:
+class EvalOptions(Struct, frozen=True):
     suite: Path
     out: Path | None = None
     repeats: int = 1
@@ -54,8 +54,7 @@ class EvalOptions:
     """The command line, for the summary."""
 
 
-@dataclass
-class Prepared:
+class Prepared(Struct):
     suite: LoadedSuite
     folder: EvalFolder
     planned: list[Planned]
@@ -63,8 +62,7 @@ class Prepared:
     options: EvalOptions
 
 
-@dataclass
-class EvalReport:
+class EvalReport(Struct):
     folder: Path
     results: dict[str, Any]
     run: EvalRun = field(default_factory=EvalRun)

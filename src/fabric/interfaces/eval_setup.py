@@ -7,7 +7,6 @@ eval's folder, other attempts' workspaces and runlogs included."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import shlex
@@ -16,6 +15,8 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fabric.application.commands import CommandOutcome
 from fabric.application.context import ToolContext
@@ -50,7 +51,7 @@ def hiding(runner: Runner, places: Sequence[Path]) -> Runner:
     """``runner`` for runs whose tools and commands must not see ``places`` either: a copy that
     shares its loaded packs, model answers, started model servers and secrets (close only the
     original)."""
-    return dataclasses.replace(runner, protected=(*runner.protected, *places))
+    return msgspec.structs.replace(runner, protected=(*runner.protected, *places))
 
 
 class RunnerTasks:
@@ -76,7 +77,7 @@ class RunnerTasks:
     async def run(self, request: RunRequest, cancel: asyncio.Event) -> RunOutcome:
         folder = request.workspace or Path.cwd()
         others = await asyncio.to_thread(self.apart, folder)
-        asked = dataclasses.replace(
+        asked = msgspec.structs.replace(
             request, workspace=folder, model=self.model, backend=self.backend
         )
         result = await hiding(self.runner, others).run(asked, Control(cancel=cancel))
@@ -86,7 +87,7 @@ class RunnerTasks:
         name = backend.get("name") if isinstance(backend, dict) else None
         cost = finished.get("cost")
         if result.cost_usd == 0 and isinstance(cost, dict) and cost.get("unknown_models"):
-            result = dataclasses.replace(result, cost_usd=None)  # no price known: not free
+            result = msgspec.structs.replace(result, cost_usd=None)  # no price known: not free
         model = started.get("model")
         return RunOutcome(result, str(model) if model else None, str(name) if name else None)
 

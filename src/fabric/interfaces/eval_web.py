@@ -18,12 +18,13 @@ import mimetypes
 import re
 import threading
 from collections import Counter
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from msgspec import Struct
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TAG = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.IGNORECASE | re.DOTALL)
@@ -36,8 +37,7 @@ MAX_RESULTS = 10
 SNIPPET_CHARS = 240
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
+class Page(Struct, frozen=True):
     path: str
     """The URL path, '/'-separated, without the leading '/'."""
     body: bytes

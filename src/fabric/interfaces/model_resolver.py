@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from fabric.application.ports import ChatClient, RunLog
 from fabric.application.resilience import FallbackChatClient, RetryingChatClient
@@ -35,8 +36,7 @@ ChatFactory = Callable[[str], ChatClient]
 """Makes the chat client for a model name, instead of resolving one (tests, benches)."""
 
 
-@dataclass
-class ModelResolver:
+class ModelResolver(Struct):
     """Chooses and opens the model of a run, for one config."""
 
     loaded: LoadedConfig

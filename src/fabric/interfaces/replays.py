@@ -5,13 +5,14 @@ copy of the recorded workspace, never on the workspace itself."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
 
 from fabric.application.additions import Addition, as_recorded
 from fabric.application.additions import recorded as recorded_additions
@@ -98,7 +99,7 @@ async def replay_run(
                 live_tools = await toolbox.open()
             except FabricError as exc:
                 raise ConfigError(f"--live-tools: {exc.message}", hint=exc.hint) from exc
-            pack = dataclasses.replace(pack, tools=(*pack.tools, *live_tools))
+            pack = msgspec.structs.replace(pack, tools=(*pack.tools, *live_tools))
         runlog = runner.open_runlog(run_id, ())
         try:
             return await replay(

@@ -8,10 +8,11 @@ methods that need it, so a run that only starts imports none of it."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from fabric.application.job import Control, RunRequest
 from fabric.application.workspaces import check_workspace
@@ -44,9 +45,11 @@ class Resumes:
     chat_factory: ChatFactory | None
     secrets: Secrets
     clock: Clock
-    setup: RunSetup
 
     if TYPE_CHECKING:
+
+        @property
+        def setup(self) -> RunSetup: ...
 
         def runlog_path(self, run_id: str) -> Path: ...
 
@@ -83,7 +86,7 @@ class Resumes:
         )  # fmt: skip
         packs = self.loaded.config.packs
         tools = [DelegateTool(n, packs[n].description, self.delegated, lineage) for n in names]
-        return dataclasses.replace(pack, tools=(*pack.tools, *tools))
+        return msgspec.structs.replace(pack, tools=(*pack.tools, *tools))
 
     async def delegated(self, pack: str, task: str, parent: Parent) -> RunResult:
         """A sub-run of ``pack`` doing ``task`` for ``parent`` (a delegation tool's call):

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+from msgspec import Struct, field
 
 import fabric
 from fabric.application.additions import Addition, as_recorded, recorded
@@ -63,8 +64,7 @@ def redact_url(url: str) -> str:
     return url
 
 
-@dataclass(frozen=True, slots=True)
-class Session:
+class Session(Struct, frozen=True):
     """One run's kit, and how its model was chosen."""
 
     kit: Kit
@@ -90,15 +90,14 @@ class Session:
         pack = as_recorded(loaded_pack.pack, self.additions, events)
         if not mcp or not self.tools:
             return pack
-        return dataclasses.replace(pack, tools=(*pack.tools, *self.tools))
+        return msgspec.structs.replace(pack, tools=(*pack.tools, *self.tools))
 
     def meta(self) -> dict[str, Any]:
         mcp = {} if self.mcp is None else {"mcp": self.mcp}
         return {**mcp, **recorded(self.additions)}
 
 
-@dataclass
-class RunSetup:
+class RunSetup(Struct):
     """Sets up each run's kit for one config."""
 
     loaded: LoadedConfig

@@ -5,11 +5,13 @@ and delegating runs: ``resumes.py``; the checks and settings of one request:
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
+from msgspec import Struct, field
 
 from fabric.application.additions import Addition
 from fabric.application.commands import CommandRunner
@@ -46,8 +48,7 @@ if TYPE_CHECKING:  # a run needs none: loaded when a replay, resume or durable r
     from fabric.infrastructure.mcp.toolbox import McpToolbox
 
 
-@dataclass
-class Runner(Resumes):
+class Runner(Struct, Resumes, dict=True):
     """Runs tasks with the packs of one config. ``aclose`` stops what it started."""
 
     loaded: LoadedConfig
@@ -64,14 +65,16 @@ class Runner(Resumes):
     clock: Clock = utc_now
     """Stamps runlog events (``ts``)."""
     _packs: dict[str, LoadedPack] = field(default_factory=dict)
-    models: ModelResolver = field(init=False)
-    """How each run's model is chosen and opened."""
-    setup: RunSetup = field(init=False)
-    """How each run's kit is set up."""
 
-    def __post_init__(self) -> None:
-        self.models = ModelResolver(self.loaded, self.backends, self.chat_factory)
-        self.setup = RunSetup(
+    @functools.cached_property
+    def models(self) -> ModelResolver:
+        """How each run's model is chosen and opened."""
+        return ModelResolver(self.loaded, self.backends, self.chat_factory)
+
+    @functools.cached_property
+    def setup(self) -> RunSetup:
+        """How each run's kit is set up."""
+        return RunSetup(
             self.loaded,
             self.backends,
             self.models,
@@ -213,7 +216,7 @@ class Runner(Resumes):
                 state = ReplayState()
                 job, kit, control = checkpointed(job, kit, control, checkpoints, state)
                 if recovered is not None:  # what the log holds already is not written again
-                    kit = dataclasses.replace(
+                    kit = msgspec.structs.replace(
                         kit, runlog=ResumingRunLog(kit.runlog, recovered, state)
                     )
             return await execute_task(job, kit, control)
@@ -285,7 +288,7 @@ class Runner(Resumes):
         control = control or Control()
         if not self.observers:
             return control
-        return dataclasses.replace(control, observers=(*self.observers, *control.observers))
+        return msgspec.structs.replace(control, observers=(*self.observers, *control.observers))
 
     async def aclose(self) -> None:
         await self.backends.aclose()

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import Struct, field
 
 from fabric.application.job import RunRequest
 from fabric.config.eval_suite import EvalCase
@@ -33,8 +34,7 @@ from .records import ERROR, TIMEOUT, AttemptRecord
 GRACE_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class Planned:
+class Planned(Struct, frozen=True):
     """An attempt to make: case and number (1-based)."""
 
     case: EvalCase
@@ -45,8 +45,7 @@ class Planned:
         return self.case.id, self.attempt
 
 
-@dataclass
-class EvalRun:
+class EvalRun(Struct):
     """What one ``run_eval`` did: the attempts it finished (and logged), those it cut off or
     never started, and the configuration error that stopped it, if one did."""
 
@@ -63,7 +62,7 @@ def plan(
 ) -> list[Planned]:
     """Attempts 1..``repeats`` of every case, without those ``done`` (case id, attempt);
     ``pack`` runs every case with that pack instead of its own."""
-    cases = [dataclasses.replace(c, pack=pack) if pack else c for c in cases]
+    cases = [msgspec.structs.replace(c, pack=pack) if pack else c for c in cases]
     return [
         Planned(case, n)
         for n in range(1, repeats + 1)

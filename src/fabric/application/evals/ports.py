@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from msgspec import Struct
 
 from fabric.application.commands import CommandOutcome
 from fabric.application.job import RunRequest
@@ -16,8 +17,7 @@ from fabric.domain.models import RunResult
 from .records import AttemptRecord
 
 
-@dataclass(frozen=True, slots=True)
-class RunOutcome:
+class RunOutcome(Struct, frozen=True):
     """How the run ended, and which model and backend it used (None: not known)."""
 
     result: RunResult
@@ -40,8 +40,7 @@ class TaskRunner(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class FileRead:
+class FileRead(Struct, frozen=True):
     """A workspace file as a check sees it: its bytes, None when it does not exist, or why it
     may not be read (a symlink out of the workspace, not a regular file)."""
 
@@ -79,8 +78,7 @@ class AttemptLog(Protocol):
     def append(self, record: AttemptRecord) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class EvalPorts:
+class EvalPorts(Struct, frozen=True):
     runner: TaskRunner
     workspaces: Workspaces
     commands: CheckCommands

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 TIMEOUT = "timeout"
 """The status of an attempt whose run passed its wall-clock cap (``limits.timeout_s``)."""
@@ -14,8 +15,7 @@ COMPLETED = "completed"
 UNCONFIRMED = "completed_unconfirmed"
 
 
-@dataclass(frozen=True, slots=True)
-class CheckResult:
+class CheckResult(Struct, frozen=True):
     """One check of a finished attempt: what was checked, whether it passed, and the evidence
     (an exit code and the output's tail, or the assertion that failed)."""
 
@@ -49,8 +49,7 @@ class CheckResult:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
+class AttemptRecord(Struct, frozen=True):
     """A finished attempt of a case."""
 
     case: str
@@ -126,7 +125,7 @@ class AttemptRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AttemptRecord:
         """A record read back; KeyError or ValueError when a needed key is missing or wrong."""
-        known = {*cls.__dataclass_fields__, "false_success", "unconfirmed_failure"}
+        known = {*cls.__struct_fields__, "false_success", "unconfirmed_failure"}
         cost = data.get("cost_usd")
         error = data.get("error")
         prompt = data.get("prompt_tokens")

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from typing import Any
+
+import msgspec
 
 from fabric.application.pack import FINISH_TOOL, Brief, Briefing
 from fabric.application.ports import ToolChange, tool_diff
@@ -87,7 +88,7 @@ class Run(ToolSteps):
             event |= {"keep": list(told.keep), "keep_why": told.why}
             root = self.ctx.workspace.resolve()
             kept = tuple(root / p for p in told.keep)
-            self.ctx = dataclasses.replace(self.ctx, kept=kept, kept_why=told.why)
+            self.ctx = msgspec.structs.replace(self.ctx, kept=kept, kept_why=told.why)
         self.log.emit("brief", event)
         return told.text
 

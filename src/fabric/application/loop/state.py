@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from fabric.application.approvals import PolicyGate
 from fabric.application.budget import BudgetSpent, Spending
@@ -38,8 +39,7 @@ class Stop(Exception):
         self.status, self.payload, self.error = status, payload, error
 
 
-@dataclass
-class RunState:
+class RunState(Struct, dict=True):
     """The state of one run. ``messages`` is the history in wire form, only ever appended."""
 
     run_id: str

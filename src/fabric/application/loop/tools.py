@@ -4,12 +4,13 @@ its output cut to size (the whole of it kept as an artifact) and logged again.""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
+
+import msgspec
 
 from fabric.application.context import FileChange, ToolContext
 from fabric.application.pack import FINISH_TOOL
@@ -75,7 +76,7 @@ class ToolSteps(Fitting):
                 self._check_loaded(call.name)
                 if self.gate is not None:  # the policy: allow, ask a person, or deny
                     await self.gate.check(self.steps, call.id, call.name, call.arguments)
-                ctx = dataclasses.replace(
+                ctx = msgspec.structs.replace(
                     self.ctx, changes=changes, step=self.steps, call_id=call.id,
                     delegated=delegated,
                 )  # fmt: skip

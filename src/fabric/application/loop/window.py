@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from fabric.application.ports import ChatClient, Summarize
 from fabric.domain.models import ChatRequest, ChatResponse, Message, ToolSpec
@@ -53,8 +54,7 @@ engineering pack's take about another quarter of the embedded model's room): the
 about half, and eliding and summarising keep them in it."""
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
+class Window(Struct, frozen=True):
     """A model's context window and the part of it kept free for the reply."""
 
     size: int

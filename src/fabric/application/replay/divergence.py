@@ -8,8 +8,9 @@ both values are shown as short JSON, for two strings around the place they part.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from fabric.domain.errors import FabricError
 
@@ -18,8 +19,7 @@ ABSENT = "<absent>"
 _SHOWN = 160
 
 
-@dataclass(frozen=True, slots=True)
-class Divergence:
+class Divergence(Struct, frozen=True):
     """Where a replay first differed from the recording: the step, the field (a path such as
     ``messages[3].content``), and both values as short reprs."""
 

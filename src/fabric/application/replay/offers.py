@@ -13,8 +13,9 @@ the run did, which offers what the run offered.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from fabric.application.context import ToolContext
 from fabric.application.pack import FINISH_TOOL
@@ -80,8 +81,7 @@ def specs_of(definitions: Sequence[Any]) -> dict[str, ToolSpec]:
     return specs
 
 
-@dataclass
-class SearchedSets:
+class SearchedSets(Struct):
     """The whole sets of tools of a run that searched them (ADR 0028): at its start, and
     after each change (by the step whose request offered it), every spec by name."""
 

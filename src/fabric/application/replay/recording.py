@@ -9,8 +9,9 @@ is refused. What a resumed run's log holds of a step it redid (everything from `
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from fabric.domain.errors import RunError
 from fabric.domain.models import Message
@@ -20,8 +21,7 @@ CallKey = tuple[int, str]
 """A tool call in a run: its step and its call id."""
 
 
-@dataclass
-class RecordedStep:
+class RecordedStep(Struct):
     """One model call of the recording and what followed it."""
 
     number: int

@@ -14,11 +14,12 @@ payload are compared too.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
+from msgspec import Struct
 
 from fabric.application.approvals import RecordedApprover
 from fabric.application.execute_task import execute_task
@@ -38,8 +39,7 @@ from .tools import recorded_tools
 from .watching import WatchingRunLog
 
 
-@dataclass(frozen=True)
-class ReplayReport:
+class ReplayReport(Struct, frozen=True):
     """How a replay went: identical, or where it first diverged; and the replay's result."""
 
     original_run_id: str
@@ -94,7 +94,7 @@ async def replay(
         tools, updates = offers.first(), offers
     verifiers = recorded_verifiers(recording, pack, state=state, live=live)
     brief = recorded_brief(recording)  # what the model was told then, not a new look
-    replay_pack = dataclasses.replace(
+    replay_pack = msgspec.structs.replace(
         pack,
         tools=tools,
         verifiers=verifiers,
@@ -114,7 +114,7 @@ async def replay(
         tool_search=recorded_settings(recording.started),  # it searches as the run did
     )
     window, reply = recorded_window(recording.started)
-    replaying = dataclasses.replace(
+    replaying = msgspec.structs.replace(
         kit,
         chat=chat,
         runlog=WatchingRunLog(kit.runlog, recording, state),

@@ -4,10 +4,11 @@ whose process died got, and the end and result a ``run_finished`` records."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+from msgspec import Struct
 
 from fabric.application.replay.recording import Recording
 from fabric.config.schema import Limits
@@ -20,8 +21,7 @@ its step limit (given more steps) and one a person stopped (Ctrl-C), which goes 
 last complete step."""
 
 
-@dataclass(frozen=True)
-class ResumePlan:
+class ResumePlan(Struct, frozen=True):
     """What a resume starts from: the recorded events up to the last complete step."""
 
     started: Mapping[str, Any]
@@ -92,9 +92,9 @@ def recovered_plan(events: Sequence[Mapping[str, Any]], looks: Collection[str]) 
     )
     if not looked or any(e.get("kind") == "llm_response" and e.get("step") == answered
                          for e in events):  # fmt: skip
-        return dataclasses.replace(plan, reason="recovered")
+        return msgspec.structs.replace(plan, reason="recovered")
     kept = [e for e in plan.events if not (isinstance(e.get("step"), int) and e["step"] == last)]
-    return dataclasses.replace(plan, events=kept, completed=last - 1, reason="recovered")
+    return msgspec.structs.replace(plan, events=kept, completed=last - 1, reason="recovered")
 
 
 def ended(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

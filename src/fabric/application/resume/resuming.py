@@ -4,10 +4,11 @@ for the new ones, appending to the run's own reopened log."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from fabric.application.approvals import RecordedApprover
 from fabric.application.execute_task import execute_task
@@ -67,7 +68,7 @@ async def resume_task(
     brief = recorded_brief(recording)
     if brief is None and plan.completed == 0:
         brief = pack.brief  # cut off before the pack had looked: it looks now, and logs it
-    resumed_pack = dataclasses.replace(
+    resumed_pack = msgspec.structs.replace(
         pack,
         tools=tuple(offers.first()),
         verifiers=verifiers,
@@ -91,7 +92,7 @@ async def resume_task(
         tool_search=recorded_settings(plan.started),  # it searches its tools as it did
     )
     window, reply = recorded_window(plan.started)
-    resumed_kit = dataclasses.replace(
+    resumed_kit = msgspec.structs.replace(
         kit,
         chat=resuming,
         runlog=ResumingRunLog(kit.runlog, plan, state),
@@ -105,7 +106,7 @@ async def resume_task(
     # an "ask" in a re-driven step gets its recorded answer; later ones go to the approver
     control = control or Control()
     approver = RecordedApprover(plan.events, then=control.approver, upto_step=plan.completed)
-    return await execute_task(job, resumed_kit, dataclasses.replace(control, approver=approver))
+    return await execute_task(job, resumed_kit, msgspec.structs.replace(control, approver=approver))
 
 
 __all__ = ["resume_task"]

@@ -12,11 +12,11 @@ task goes back to ``running``.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
+from msgspec import Struct
 
 from fabric.application.ports import TaskStore
 from fabric.domain.clock import iso_z
@@ -28,8 +28,7 @@ from .errors import Conflict
 log = structlog.get_logger("fabric.tasks")
 
 
-@dataclass
-class _Pending:
+class _Pending(Struct):
     request: ApprovalRequest
     expires_at: str | None
     answer: asyncio.Future[ApprovalAnswer]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import structlog
+from msgspec.structs import replace
 
 from fabric.application.job import Control, RunRequest
 from fabric.application.ports import TaskExecutor, TaskStore

@@ -90,10 +90,10 @@ class FabricConfig(_Strict):
         default_factory=TelemetrySettings, description="OpenTelemetry traces of runs."
     )
     mcp_servers: dict[str, McpServerSettings] = Field(
-        default_factory=dict,
+        {},
         description="MCP servers by name, whose tools packs may use (a pack's mcp: list).",
     )
-    packs: dict[str, RawPackSection] = Field(default_factory=dict, description="Packs by name.")
+    packs: dict[str, RawPackSection] = Field({}, description="Packs by name.")
 
     @field_validator("packs")
     @classmethod

@@ -126,7 +126,7 @@ class SelectionSettings(_Strict):
 
 class _Backend(_Strict):
     models: dict[str, str] = Field(
-        default_factory=dict,
+        {},
         description="Model keys mapped to this backend's model names; overrides llm.models.",
     )
 
@@ -248,14 +248,14 @@ class LLMSettings(_Strict):
         "lets fabric pick the best tool-capable model. FABRIC_MODEL overrides every key.",
     )
     model_options: dict[str, ModelOptions] = Field(
-        default_factory=dict, description="Per-model settings, by model name."
+        {}, description="Per-model settings, by model name."
     )
     selection: SelectionSettings = Field(
         default_factory=SelectionSettings, description="How a model is picked."
     )
     retry: RetrySettings = Field(default_factory=RetrySettings, description="Retries.")
     fallback: list[FallbackStep] = Field(
-        default_factory=list,
+        [],
         description="Models to switch to, in order, when the current one fails as listed in "
         "each step's 'on'. Every switch is recorded in the runlog.",
     )

@@ -22,9 +22,9 @@ class McpServerSettings(_Strict):
         description="stdio: the program to start, by bare name (looked up on the scrubbed "
         "PATH) or as an absolute path. It runs confined like the pack's shell commands.",
     )
-    args: list[str] = Field(default_factory=list, description="stdio: the program's arguments.")
+    args: list[str] = Field([], description="stdio: the program's arguments.")
     env: list[str] = Field(
-        default_factory=list,
+        [],
         description="stdio: names of environment variables passed on from fabric's "
         "environment, besides the short base set shell commands get. Nothing else reaches "
         "the server, no secret unless named here.",
@@ -41,7 +41,7 @@ class McpServerSettings(_Strict):
         None, description="streamable HTTP: the server's endpoint, e.g. http://127.0.0.1:9000/mcp."
     )
     headers: dict[str, str] = Field(
-        default_factory=dict,
+        {},
         description="streamable HTTP: request headers, each taken from the environment "
         "variable named as its value (e.g. Authorization: MY_SERVER_AUTH).",
     )
@@ -85,7 +85,7 @@ class McpUse(_Strict):
         description="Globs of the server's own tool names to offer (default: all).",
     )
     exclude: list[str] = Field(
-        default_factory=list, description="Globs of tool names never offered (wins over include)."
+        [], description="Globs of tool names never offered (wins over include)."
     )
 
 

@@ -136,7 +136,7 @@ class PackSettings(BaseModel):
         default_factory=SandboxSettings, description="What the pack's tools may touch."
     )
     mcp: list[McpUse] = Field(
-        default_factory=list,
+        [],
         description="MCP servers (names under mcp_servers) whose tools the pack's runs get, "
         "as server__tool, with include/exclude globs on the server's tool names.",
     )
@@ -146,7 +146,7 @@ class PackSettings(BaseModel):
         "--verify / --no-verify, or the task's verify field).",
     )
     delegates: list[str] = Field(
-        default_factory=list,
+        [],
         description="Packs this pack may hand part of its task to: each becomes a tool "
         "delegate_<pack>(task) whose result is that pack's finish_task payload. The sub-run "
         "works in the same workspace with its own tools, within this run's sandbox and policy.",

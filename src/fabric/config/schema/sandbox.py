@@ -43,7 +43,7 @@ class SandboxSettings(_Strict):
     )
 
     allowed_commands: list[str] = Field(
-        default_factory=list,
+        [],
         description="Programs the shell tool may start, by bare name (e.g. 'python', 'git').",
     )
     network: bool = Field(False, description="Whether tools may use the network.")
@@ -53,7 +53,7 @@ class SandboxSettings(_Strict):
     )
     command_timeout: float = Field(60.0, gt=0, description="Seconds a shell command may run.")
     env_passthrough: list[str] = Field(
-        default_factory=list,
+        [],
         description="Extra environment variables passed to commands. Names that look like "
         "secrets (KEY, TOKEN, SECRET, PASSWORD, AUTH, CREDENTIAL, COOKIE) are refused.",
     )

@@ -28,7 +28,7 @@ class ServeSettings(_Strict):
         "is added.",
     )
     cors_origins: list[str] = Field(
-        default_factory=list, description="Browser origins allowed to call the API (none)."
+        [], description="Browser origins allowed to call the API (none)."
     )
     max_body_bytes: int = Field(1_000_000, ge=1024, description="Largest request body accepted.")
     workspace_roots: list[str] = Field(
@@ -46,7 +46,7 @@ class ServeSettings(_Strict):
     )
     concurrency: int = Field(4, ge=1, description="Tasks running at once, in all.")
     pack_concurrency: dict[str, Annotated[int, Field(ge=1)]] = Field(
-        default_factory=dict, description="Tasks of one pack running at once, by pack name."
+        {}, description="Tasks of one pack running at once, by pack name."
     )
     mcp: bool = Field(
         True,

@@ -21,7 +21,7 @@ class SkillSettings(_Strict):
         "prompt and a load_skill tool (only when at least one is found).",
     )
     folders: list[str] = Field(
-        default_factory=list,
+        [],
         description="Configured skill folders, each holding <skill>/SKILL.md: relative to the "
         "config file's folder, or absolute, or from ~. A skill here wins over a workspace "
         "skill of the same name; commands may read these folders (read-only).",

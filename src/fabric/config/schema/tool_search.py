@@ -22,7 +22,7 @@ class ToolSearchSettings(_Strict):
         "0 or null: every tool is always offered.",
     )
     always: list[str] = Field(
-        default_factory=list,
+        [],
         description="Tools offered from the first step even when searching: names or globs "
         "(e.g. read_file, 'github__*'), in this order.",
     )

@@ -4,8 +4,9 @@ its own here and is imported only when the pack's settings turn it on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from fabric.application.additions import Addition
 from fabric.config.loader import LoadedConfig
@@ -13,8 +14,7 @@ from fabric.config.schema import PackSettings
 from fabric.domain.secrets import Secrets
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
+class Where(Struct, frozen=True):
     """What a convention may look at when it is set up for a run."""
 
     workspace: Path

@@ -11,8 +11,9 @@ import errno
 import os
 import stat
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from fabric.application.additions import Addition, started_in
 from fabric.application.context import ToolContext
@@ -101,8 +102,7 @@ def _restored(where: Where, events: Sequence[Mapping[str, Any]]) -> Addition:
     return _addition(where, root, meta, used=used, folders={"", *folders})
 
 
-@dataclass
-class Nested:
+class Nested(Struct):
     """The after-call hook (``AfterCall``): the instructions of the folders a tool call's
     paths reach below, each folder looked at once a run, farther ones first."""
 

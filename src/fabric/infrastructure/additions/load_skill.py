@@ -9,8 +9,9 @@ import itertools
 import os
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from fabric.application.context import ToolContext
 from fabric.application.skills import Skill, loaded_text
@@ -28,8 +29,7 @@ _DEPTH = 4
 _SUBFOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-@dataclass(frozen=True, slots=True)
-class Book:
+class Book(Struct, frozen=True):
     """The skills a run was offered, by name, and how much of a skill's file is read."""
 
     skills: Mapping[str, Skill]

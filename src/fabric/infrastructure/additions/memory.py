@@ -12,10 +12,11 @@ memories as they were."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
+from msgspec import Struct
 
 from fabric.application.additions import Addition
 from fabric.application.context import ToolContext
@@ -41,8 +42,7 @@ from .memory_store import MemoryStore
 NAME = "memory"
 
 
-@dataclass(frozen=True, slots=True)
-class Memory:
+class Memory(Struct, frozen=True):
     """What the memory tools of one run work with (bound, never shown to the model)."""
 
     store: MemoryStore
@@ -88,9 +88,9 @@ def memory_addition(where: Where) -> Addition:
         had, then = recorded_facts(events)
         if not had:  # the run had no memory then: as it is now (a replay says it differs)
             return addition
-        return dataclasses.replace(addition, prompt=prompt(then))
+        return msgspec.structs.replace(addition, prompt=prompt(then))
 
-    return dataclasses.replace(addition, restore=restore)
+    return msgspec.structs.replace(addition, restore=restore)
 
 
 async def remember(ctx: ToolContext, fact: str, memory: Memory) -> str:

@@ -15,11 +15,11 @@ import itertools
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
+from msgspec import Struct
 
 from fabric.application.skills import Found, Skill, Skipped, Source, front_matter_problem, offered
 from fabric.config.data import memory_path
@@ -36,8 +36,7 @@ ENTRIES = 4096
 SKILL_FILE = "SKILL.md"
 
 
-@dataclass(frozen=True, slots=True)
-class Place:
+class Place(Struct, frozen=True):
     """One skill folder, open."""
 
     fd: int

@@ -64,7 +64,7 @@ def _restored(where: Where, events: Sequence[Mapping[str, Any]]) -> Addition:
     the prompt, whatever the folders hold now; each skill's instructions those found now if
     its SKILL.md is still the one recorded (same hash), else none (``load_skill`` says so).
     When the prompt does not hold them as recorded, the skills as they are now."""
-    import dataclasses
+    import msgspec
 
     from fabric.application.skills import recorded_skills
 
@@ -76,7 +76,7 @@ def _restored(where: Where, events: Sequence[Mapping[str, Any]]) -> Addition:
     if not then:
         return _addition(where, (), meta)
     now = {_same(s): s.body for s in _found(where).skills}
-    kept = [dataclasses.replace(s, body=now.get(_same(s))) for s in then]
+    kept = [msgspec.structs.replace(s, body=now.get(_same(s))) for s in then]
     return _addition(where, kept, meta)
 
 

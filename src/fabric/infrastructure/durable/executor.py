@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import os
@@ -15,7 +14,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 from dbos import DBOS
+from msgspec import Struct
 
 from fabric.application.job import LEFT_FOR_RECOVERY
 from fabric.application.tasks.ports import RunTask
@@ -223,14 +224,13 @@ class DbosExecutor:
                 _log.warning("fabric task watcher: %s", exc)
 
 
-@dataclasses.dataclass(eq=False)
-class _Held:
+class _Held(Struct, eq=False):
     """A task dequeued here: waiting for its workspace, then running."""
 
     record: TaskRecord
     folder: Path
     ready: asyncio.Event
-    cancel: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     cancelled: bool = False
     job: asyncio.Future[None] | None = None
 

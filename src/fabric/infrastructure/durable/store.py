@@ -5,13 +5,13 @@ through another process, are attributes too."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import msgspec
 from dbos import DBOS
 
 from fabric.domain.tasks import FINAL, QUEUED, TaskRecord
@@ -190,7 +190,7 @@ class DbosTaskStore:
             "workflow_id": workflow_id or record.id,
             "workflow_id_reuse_policy": "reject",
             "app_version": self.version,
-            "attributes": attributes or {MARK: True, **dataclasses.asdict(record)},
+            "attributes": attributes or {MARK: True, **msgspec.structs.asdict(record)},
         }
         if record.priority > 0:  # DBOS's default, 0, starts before every number it takes
             options["priority"] = record.priority

@@ -4,12 +4,12 @@ are rows of their own. Reading the rows, and the record a row holds."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from dbos import DBOS
 
 from fabric.domain.tasks import QUEUED, TaskRecord
@@ -20,7 +20,7 @@ TASK_WORKFLOW = "fabric.task"
 QUEUE = "fabric.tasks"
 MARK = "fabric_task"
 """The attribute every task row carries (workflow rows of `fabric run --durable` do not)."""
-FIELDS = tuple(f.name for f in dataclasses.fields(TaskRecord))
+FIELDS = tuple(f.name for f in msgspec.structs.fields(TaskRecord))
 """The fields of a task record, each an attribute of its row."""
 
 
@@ -70,16 +70,16 @@ def record_of(row: Any) -> TaskRecord:
     if record.final:
         return record
     if state == "ENQUEUED":
-        return dataclasses.replace(record, status=QUEUED)
+        return msgspec.structs.replace(record, status=QUEUED)
     if state == "CANCELLED":
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             record,
             status="cancelled",
             finished_at=_iso(row.completed_at or row.updated_at),
             error=record.error or {"code": "cancelled", "message": "cancelled"},
         )
     if state in ("ERROR", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             record,
             status="failed",
             finished_at=_iso(row.completed_at or row.updated_at),

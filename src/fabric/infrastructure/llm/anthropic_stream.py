@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from fabric.application.ports import DeltaSink
 from fabric.domain.arguments import parse_arguments
@@ -45,8 +46,7 @@ _MAX_WARNINGS = 20
 _PROMPT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
-@dataclass
-class Reply:
+class Reply(Struct):
     """One assistant message, however it arrived."""
 
     text: str = ""
@@ -122,8 +122,7 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-@dataclass
-class _Block:
+class _Block(Struct):
     kind: str
     text: list[str] = field(default_factory=list)
     tool_index: int = 0

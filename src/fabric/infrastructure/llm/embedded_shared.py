@@ -24,11 +24,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import httpx
+from msgspec import Struct
 
 from fabric.domain.errors import ModelConnectionError
 from fabric.domain.secrets import looks_secret
@@ -52,8 +52,7 @@ _BUSY_WAIT = 120.0
 busy two-core machine can be slow to answer; it is never stopped while in use)."""
 
 
-@dataclass(frozen=True)
-class Launch:
+class Launch(Struct, frozen=True):
     """How to find or start one shared server."""
 
     files: ServerFiles
@@ -64,8 +63,7 @@ class Launch:
     log_path: Path
 
 
-@dataclass(frozen=True)
-class Attached:
+class Attached(Struct, frozen=True):
     state: ServerState
     lease: int
     """The descriptor holding this process's shared lease: close it to let go."""

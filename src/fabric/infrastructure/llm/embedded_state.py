@@ -26,8 +26,10 @@ import json
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from msgspec import Struct
+from msgspec.structs import asdict
 
 LOG_LIMIT = 4 << 20
 """Bytes the server log may reach before it is moved to ``.1`` and started afresh."""
@@ -75,8 +77,7 @@ def server_name(model: Path, context_size: int, threads: int, program: Sequence[
     return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:20]
 
 
-@dataclass(frozen=True)
-class ServerFiles:
+class ServerFiles(Struct, frozen=True):
     """The three files of one server name."""
 
     folder: Path
@@ -95,8 +96,7 @@ class ServerFiles:
         return self.folder / f"{self.name}.lease"
 
 
-@dataclass(frozen=True)
-class ServerState:
+class ServerState(Struct, frozen=True):
     """What a running server records about itself. ``api_key`` is a secret: never log it."""
 
     pid: int

@@ -13,9 +13,10 @@ import importlib.util
 import os
 import struct
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from msgspec import Struct
 
 from fabric.domain.errors import ModelConnectionError
 
@@ -28,8 +29,7 @@ _MAX_STRING = 64 << 20
 _WANTED = ("general.name", "general.size_label", "general.architecture", "general.license")
 
 
-@dataclass(frozen=True)
-class PackagedModel:
+class PackagedModel(Struct, frozen=True):
     """A GGUF file shipped on PyPI in parts, with what is known of where it comes from."""
 
     name: str

@@ -21,11 +21,11 @@ import ipaddress
 import json
 import ssl
 from collections.abc import AsyncGenerator, Awaitable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
 import orjson
+from msgspec import Struct, field
 
 from fabric.application.ports import ModelCatalog
 from fabric.domain.errors import ModelTimeoutError
@@ -124,8 +124,7 @@ closed (a server that went away, or the embedded one started anew on another por
 leaves nothing behind in a long-running service)."""
 
 
-@dataclass
-class _Held:
+class _Held(Struct):
     """One event loop's clients: the idle ones, the last given back last, and those lent to
     runs now."""
 
@@ -266,8 +265,7 @@ async def within_deadline(request: Awaitable[T], seconds: float, url: str) -> T:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
-class DeadlinedCatalog:
+class DeadlinedCatalog(Struct, frozen=True):
     """A model catalog whose listing (which may start a local server) must end within
     ``seconds``, like any model request."""
 

@@ -15,10 +15,10 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 from typing import Any
 
 import httpx
+from msgspec.structs import replace
 
 from fabric.application.ports import DeltaSink
 from fabric.domain.arguments import parse_arguments

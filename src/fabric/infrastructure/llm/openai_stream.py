@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 from fabric.application.ports import DeltaSink
 from fabric.domain.errors import ModelError
@@ -68,8 +69,7 @@ async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
         yield "\n".join(data)
 
 
-@dataclass
-class _Call:
+class _Call(Struct):
     position: int
     id: str | None
     name: str = ""

@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
+
+from msgspec.structs import replace
 
 from fabric.domain.arguments import parse_arguments
 from fabric.domain.models import ChatResponse, ToolCall, assistant_message

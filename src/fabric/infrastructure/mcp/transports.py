@@ -10,9 +10,10 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+from msgspec import Struct
 
 from fabric.config.schema import McpServerSettings, SandboxSettings
 from fabric.domain.errors import McpError, SandboxError
@@ -25,8 +26,7 @@ from fabric.infrastructure.tools.shell import scrubbed_env
 _MiB = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Place:
+class Place(Struct, frozen=True):
     """Where a run's servers start: its workspace, the places hidden from them, the host
     code they may only read, and the config's folder (for relative ``cwd``)."""
 

@@ -37,9 +37,7 @@ class DeclarativeSettings(PackSettings):
     """A pack declared entirely in fabric.yaml."""
 
     system_prompt: str = Field(min_length=1, description="What the specialist is and does.")
-    tools: list[str] = Field(
-        default_factory=list, description=f"fabric's tools by name: {', '.join(LIBRARY)}."
-    )
+    tools: list[str] = Field([], description=f"fabric's tools by name: {', '.join(LIBRARY)}.")
     finish_schema: dict[str, Any] = Field(
         description="JSON Schema (2020-12) of the final output: finish_task's arguments."
     )

@@ -24,9 +24,10 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from msgspec import Struct
 
 from fabric.config.schema import pack_name_problem
 
@@ -38,8 +39,7 @@ if TYPE_CHECKING:
 GROUP = "fabric.packs"
 
 
-@dataclass(frozen=True)
-class InstalledPack:
+class InstalledPack(Struct, frozen=True):
     """A pack an installed distribution declares."""
 
     name: str

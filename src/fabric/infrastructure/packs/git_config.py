@@ -19,11 +19,11 @@ Standard library only: the git audit runs in the run ledger too.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 
-@dataclass(frozen=True, slots=True)
-class Setting:
+class Setting(Struct, frozen=True):
     """One ``name = value`` line (``value`` None: the name alone, which means true)."""
 
     section: str

@@ -5,9 +5,9 @@ comes from (no file of the user's to point into)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from msgspec import Struct
 from pydantic import BaseModel, ValidationError
 
 from fabric.application.delegation import PREFIX
@@ -21,8 +21,7 @@ if TYPE_CHECKING:
     from .entry_points import InstalledPack
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(Struct, frozen=True):
     """Where the settings of pack ``name`` come from: its section in ``loaded``, or, for a
     pack the config does not declare, the ``installed`` distribution's entry point."""
 

@@ -15,14 +15,14 @@ and when the packs are listed.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_type_hints
 
+import msgspec
+from msgspec import Struct
 from pydantic import BaseModel, ValidationError
 
 from fabric.application.pack import Pack
@@ -46,8 +46,7 @@ BUILTIN_BUILDERS = {
 }
 
 
-@dataclass(frozen=True)
-class LoadedPack:
+class LoadedPack(Struct, frozen=True):
     """A built pack with the settings it was built from (limits, model key, sandbox)."""
 
     pack: Pack
@@ -66,15 +65,17 @@ class LoadedPack:
         kept = tuple(v for v in self.pack.verifiers if not isinstance(v, CommandVerifier))
         if verify.strip() != "off":
             kept += (CommandVerifier(verify, when="always", timeout=self.settings.verify.timeout),)
-        return dataclasses.replace(self, pack=dataclasses.replace(self.pack, verifiers=kept))
+        return msgspec.structs.replace(
+            self, pack=msgspec.structs.replace(self.pack, verifiers=kept)
+        )
 
     def within(self, outer: SandboxSettings) -> LoadedPack:
         """This pack for a run delegated by one whose sandbox is ``outer``: never more than
         that allows (``SandboxSettings.within``)."""
         sandbox = self.settings.sandbox.within(outer)
         settings = self.settings.model_copy(update={"sandbox": sandbox})
-        return dataclasses.replace(
-            self, pack=dataclasses.replace(self.pack, sandbox=sandbox), settings=settings
+        return msgspec.structs.replace(
+            self, pack=msgspec.structs.replace(self.pack, sandbox=sandbox), settings=settings
         )
 
     @property
@@ -148,7 +149,7 @@ def _build(place: Place, section: RawPackSection, builder: Callable[..., Any]) -
     if problem is not None:
         raise problem
     pack = _built(place, section.builder, builder, settings)
-    pack = dataclasses.replace(
+    pack = msgspec.structs.replace(
         pack,
         name=place.name,
         model=settings.model,

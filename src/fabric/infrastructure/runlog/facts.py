@@ -12,11 +12,14 @@ JSON is skipped, fields of the wrong type count as missing, and a line longer th
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
 from typing import Any
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 MAX_LINE_BYTES = 8 << 20
 """A longer line is skipped (no runlog line fabric writes comes near it)."""
@@ -34,8 +37,7 @@ Measured = tuple[tuple[str, str, int, float], ...]
 """Per (backend, model): completion tokens and seconds spent in model calls."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunFacts:
+class RunFacts(Struct, frozen=True):
     """One run as its runlog tells it (so far). ``end`` is the ``run_finished`` that ends it
     (None: no end yet, or a resume reopened it)."""
 
@@ -76,12 +78,10 @@ class RunFacts:
         return "interrupted"
 
 
-@dataclass
-class FactsReader:
+class FactsReader(Struct, dict=True):
     """Reads one runlog into ``RunFacts``, going on where the last read stopped."""
 
     run_id: str
-    facts: RunFacts = field(init=False)
     _file: tuple[int, int] | None = None
     _offset: int = 0
     _pending: bytearray = field(default_factory=bytearray)
@@ -91,8 +91,9 @@ class FactsReader:
     _measured: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     _waiting: set[str] = field(default_factory=set)
 
-    def __post_init__(self) -> None:
-        self.facts = RunFacts(self.run_id)
+    @functools.cached_property
+    def facts(self) -> RunFacts:
+        return RunFacts(self.run_id)
 
     def read(self, fd: int) -> int:
         """Read what was appended to the open runlog ``fd`` since the last read (all of it if

@@ -19,9 +19,10 @@ import os
 import re
 import secrets
 import signal
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from msgspec import Struct
 
 from fabric.infrastructure.packs.run_ledger import pid_alive
 
@@ -29,8 +30,7 @@ _ROOT = Path("/sys/fs/cgroup")
 _NAME = re.compile(r"fabric-(\d+)-[0-9a-f]+")
 
 
-@dataclass(frozen=True, slots=True)
-class CgroupLayout:
+class CgroupLayout(Struct, frozen=True):
     """Where per-command cgroups go: ``version`` 1 or 2, and the parent folder per
     controller (v2: one folder for both)."""
 
@@ -39,8 +39,7 @@ class CgroupLayout:
     memory_parent: Path | None
 
 
-@dataclass(frozen=True, slots=True)
-class CommandCgroup:
+class CommandCgroup(Struct, frozen=True):
     """The cgroup folders of one command (one for v2, one per controller for v1)."""
 
     version: int

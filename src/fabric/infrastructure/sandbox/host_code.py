@@ -30,8 +30,9 @@ import shlex
 import site
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 import fabric
 from fabric.domain.errors import SandboxError
@@ -61,8 +62,7 @@ _INCLUDES = 10
 """How deep git follows ``include.path`` (its own limit)."""
 
 
-@dataclass(frozen=True, slots=True)
-class HostCode:
+class HostCode(Struct, frozen=True):
     """The host code of one fabric process; ``in_workspace`` says what of it a run's
     workspace holds."""
 

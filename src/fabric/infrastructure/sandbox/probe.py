@@ -8,15 +8,16 @@ namespaces (a container without user namespaces, say) is reported with its own e
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
+from msgspec import Struct
 
 import fabric
 from fabric.config.schema import SandboxSettings
@@ -35,8 +36,7 @@ INSTALL_HINT = (
 _PROBE_TIMEOUT = 15.0
 
 
-@dataclass(frozen=True, slots=True)
-class HostReport:
+class HostReport(Struct, frozen=True):
     """What confinement the machine offers (``fabric doctor`` prints it)."""
 
     bwrap: str | None
@@ -114,7 +114,7 @@ def host_report(*, fresh: bool = False) -> HostReport:
     if report is None:
         report = _probe(bwrap, abi)
         with contextlib.suppress(OSError):  # only a cache
-            write_json_atomic(path, {"key": key, "report": dataclasses.asdict(report)})
+            write_json_atomic(path, {"key": key, "report": msgspec.structs.asdict(report)})
     _memo[:] = [report]
     return report
 

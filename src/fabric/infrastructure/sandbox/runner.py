@@ -19,10 +19,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import IO, Any, Literal
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from fabric.application.commands import CommandOutcome
 from fabric.config.schema import SandboxSettings
@@ -50,8 +52,7 @@ _KILL_GRACE = 2.0
 _POLL = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class Backend:
+class Backend(Struct, frozen=True):
     """The chosen confinement and why it was chosen."""
 
     name: Literal["bwrap", "landlock", "none"]
@@ -158,8 +159,7 @@ def launch_argv(
     return [sys.executable, "-I", "-S", "-B", LAUNCHER, *pieces]
 
 
-@dataclass
-class SandboxedCommands:
+class SandboxedCommands(Struct):
     """The CommandRunner for one run: its workspace, its pack's sandbox, one backend."""
 
     backend: Backend

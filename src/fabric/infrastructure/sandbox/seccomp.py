@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import platform
 import struct
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 # struct seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args[6] (u64 each)
 _NR, _ARCH, _ARGS = 0, 4, 16
@@ -106,8 +107,7 @@ sched_setparam 142 118  sched_setattr 314 274      ioprio_set 251 30
 """
 
 
-@dataclass(frozen=True, slots=True)
-class _Arch:
+class _Arch(Struct, frozen=True):
     audit: int
     numbers: dict[str, int]
     x32: bool

@@ -6,10 +6,11 @@ JSON shapes. Plain data in, plain data out: nothing here imports OpenTelemetry."
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
+
+from msgspec import Struct
 
 from fabric.domain.secrets import Secrets
 
@@ -58,8 +59,7 @@ def nanos(ts: Any) -> int | None:
     return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
 
 
-@dataclass(frozen=True, slots=True)
-class RunFacts:
+class RunFacts(Struct, frozen=True):
     """What a run's spans repeat: its pack, model and where the model runs."""
 
     run_id: str

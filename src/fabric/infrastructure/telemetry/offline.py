@@ -5,10 +5,10 @@ sent in batches; a batch that cannot be delivered stops the export with a ``Tele
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from msgspec import Struct, field
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -26,8 +26,7 @@ BATCH = 512
 """Spans sent in one request."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExportReport:
+class ExportReport(Struct, frozen=True):
     """What ``export_runs`` sent, and where."""
 
     spans: int
@@ -38,8 +37,7 @@ class ExportReport:
     """What was left out: unreadable lines, delegated runs without a runlog."""
 
 
-@dataclass
-class _Reading:
+class _Reading(Struct):
     translator: SpanTranslator
     runs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

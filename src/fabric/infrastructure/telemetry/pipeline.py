@@ -16,9 +16,9 @@ import re
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TextIO
 
+from msgspec import Struct
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -34,8 +34,7 @@ SERVICE = "fabric"
 _SDK_LOGGER = "opentelemetry"
 
 
-@dataclass
-class Tracing:
+class Tracing(Struct):
     """A tracer provider whose span ids come from the runlog (``RunlogIds``)."""
 
     provider: TracerProvider

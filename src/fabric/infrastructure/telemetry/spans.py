@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import Struct, field
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
 
@@ -34,8 +34,7 @@ _UNFINISHED = (
 )
 
 
-@dataclass
-class _Run:
+class _Run(Struct):
     """One run's open spans."""
 
     started: Mapping[str, Any]

@@ -15,7 +15,8 @@ import difflib
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from fabric.application.context import FileChange, ToolContext
 from fabric.domain.errors import FabricError
@@ -30,8 +31,7 @@ _CONTEXT_LINES = 3
 _NO_NEWLINE = "\\ No newline at end of file\n"
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(Struct, frozen=True):
     """A file before or after a tool call wrote it: whether it exists, its bytes (None when
     too large to diff, or unreadable) and its size."""
 

@@ -24,9 +24,10 @@ import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
 from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
+from msgspec import Struct
+from msgspec.structs import replace
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
@@ -76,8 +77,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return "\n".join(summary).strip(), args
 
 
-@dataclass(frozen=True, slots=True)
-class _Shape:
+class _Shape(Struct, frozen=True):
     """What ``FunctionTool`` reads from a function: the same for every tool made from it."""
 
     wants_ctx: bool

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from difflib import SequenceMatcher
+
+from msgspec import Struct
 
 from fabric.domain.errors import ToolError
 
@@ -61,8 +62,7 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True, slots=True)
-class Edited:
+class Edited(Struct, frozen=True):
     """A snippet replaced: the whole new text, the lines the replacements now span (first and
     last, 1-based, one pair per replacement) and how ``old`` was matched when not as given."""
 

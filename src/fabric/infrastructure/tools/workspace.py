@@ -17,9 +17,10 @@ import functools
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+
+from msgspec import Struct
 
 from fabric.application.context import ToolContext
 from fabric.domain.errors import SandboxError, ToolError
@@ -32,8 +33,7 @@ _READ = os.O_RDONLY | os.O_NONBLOCK  # a FIFO opens at once (and is then refused
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(Struct, frozen=True):
     """A file or folder open beneath the workspace."""
 
     fd: int

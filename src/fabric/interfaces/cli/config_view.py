@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from msgspec import Struct
 
 from fabric.config.layers import DEFAULT, Key, Origins
 from fabric.config.loader import LoadedConfig
@@ -17,8 +17,7 @@ from fabric.config.schema import FabricConfig
 from fabric.domain.secrets import hide_credentials
 
 
-@dataclass(frozen=True)
-class Effective:
+class Effective(Struct, frozen=True):
     """What ``fabric config show`` prints."""
 
     settings: dict[str, Any]

@@ -11,8 +11,9 @@ A summary (``GET /runs``, ``/runs/stream``, ``/runs/{id}``) is::
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from fabric.application.tasks import NotFound, TaskService
 from fabric.domain.errors import ConfigError
@@ -26,8 +27,7 @@ RUN_STATUSES = frozenset(STATUSES | {UNREADABLE})
 _MANY = 10_000  # queued tasks looked at, at most
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(Struct, frozen=True):
     """One run of the listing: its runlog's facts (None: a task not started yet) and status."""
 
     run_id: str

@@ -3,10 +3,10 @@ which status an error gets."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
+from msgspec.structs import asdict
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from fabric.application.tasks import Conflict, NotFound, ServiceUnavailable

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import secrets as random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from msgspec import Struct, field
 
 from fabric.application.approvals import MCP, NO_ELICITATION
 from fabric.domain.errors import FabricError
@@ -37,28 +37,24 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass
-class _Ask:
+class _Ask(Struct):
     request: ApprovalRequest
     answer: asyncio.Future[ApprovalAnswer]
 
 
-@dataclass
-class _Step:
+class _Step(Struct):
     step: int
     message: str
 
 
-@dataclass
-class _Done:
+class _Done(Struct):
     result: RunResult | FabricError
 
 
 Item = _Ask | _Step | _Done
 
 
-@dataclass
-class LiveCall:
+class LiveCall(Struct):
     """One run started by a ``tools/call``; its ``key`` is the ``requestState`` a client on the
     2026-07-28 revision sends back with its answer."""
 

@@ -8,12 +8,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
+from msgspec.structs import replace
 
 from fabric.application.job import Control, RunRequest
 from fabric.config.loader import LoadedConfig
