@@ -71,6 +71,9 @@ def test_the_prompt_lists_names_and_one_line_descriptions_only(place: Path) -> N
     assert text.endswith("- regen-schema: Regenerate the schema. (workspace)")
     assert "load_skill" in text
     assert "BODY" not in text
+    shown = repr(found_in(place, folders=["team"]).skills[0])  # as a log or traceback shows it
+    assert shown.startswith("Skill(name='deploy', description='Ship it.'")
+    assert "sha256=" in shown and "BODY" not in shown
     assert one_line("Clears\x1b[2J the\n  screen\x07.") == "Clears[2J the screen."
 
 

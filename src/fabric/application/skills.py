@@ -45,8 +45,9 @@ class Skill(Struct, frozen=True):
     """The instructions below the front matter, as read when the run started; None for a
     skill restored from a recorded run whose SKILL.md is no longer the one recorded."""
 
-    def __repr__(self) -> str:  # without the body, which may run to pages
-        return f"Skill(name={self.name!r}, source={self.source!r}, folder={self.folder!r})"
+    def __repr__(self) -> str:  # every field but the body, which may run to pages
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__struct_fields__[:-1])
+        return f"Skill({shown})"
 
 
 class Skipped(Struct, frozen=True):

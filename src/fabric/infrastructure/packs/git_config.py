@@ -19,11 +19,11 @@ Standard library only: the git audit runs in the run ledger too.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from msgspec import Struct
 
-
-class Setting(Struct, frozen=True):
+@dataclass(frozen=True, slots=True)
+class Setting:
     """One ``name = value`` line (``value`` None: the name alone, which means true)."""
 
     section: str

@@ -26,9 +26,8 @@ import os
 import time
 from _thread import _local, get_ident  # threading's own, without importing threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
-
-from msgspec import Struct
 
 _MAX_BYTES = 256 * 1024
 _TRIM_TO = _MAX_BYTES * 3 // 4
@@ -46,7 +45,8 @@ _audited: list[str] = []
 """What the git audit removed for runs whose fabric died, until ``close_dead`` tells it."""
 
 
-class Window(Struct):
+@dataclass
+class Window:
     """One run's time in one workspace."""
 
     run: str
