@@ -27,7 +27,8 @@ from fabric.infrastructure.runlog import (
     new_run_id,
     schema_path,
 )
-from fabric.infrastructure.runlog.encoding import strict_json, timestamp
+from fabric.infrastructure.runlog.encoding import runlog_line, strict_json, timestamp
+from fabric.infrastructure.runlog.reader import read_runlog
 from fabric.infrastructure.sandbox import command_runner
 from fabric.testing import MockOpenAIServer, completion
 from packs.engineering import EngineeringSettings, build
@@ -134,6 +135,50 @@ def test_strict_json_writes_what_the_json_module_writes(options: dict[str, Any])
     assert strict_json([value, "x"], **options) == json.dumps(
         [value, "x"], allow_nan=False, default=str, **options
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"kind": "tool_result", "output": "grüße 日本\n\u2028", "n": [1, 2.5, -0.0, 1e300, True]},
+        {"kind": "x", "w": Path("/w"), "set": {1}, "at": datetime(2026, 1, 2, tzinfo=UTC)},
+        {"kind": "x", "rule": None, "nan": float("nan"), "inf": [float("-inf")]},
+        {"kind": "x", "big": 2**70, "small": -(2**63) - 1},
+        {"kind": "x", "text": "a\ud800b"},
+        {"kind": "x", "keys": {1: "one", None: "none"}},
+        {"kind": "x", "deep": json.loads("[" * 300 + "]" * 300)},
+        {"kind": "x", "says": "the word null, in a string"},
+        {"kind": "x", "status": RunStatus.COMPLETED, "tiny": 1e-07},
+    ],
+)
+def test_a_runlog_line_holds_what_strict_json_writes(value: dict[str, Any]) -> None:
+    """orjson makes most lines; whatever makes one, it reads back as the strict line does,
+    and the text is the same but for a float's exponent (``1e-7`` for ``1e-07``)."""
+    line, strict = runlog_line(value), strict_json(value, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(line) == json.loads(strict)
+    assert line.replace("e-7", "e-07") == strict
+    assert "\n" not in line and "NaN" not in line and "Infinity" not in line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"v":2,"seq":0,"kind":"tool_call","arguments":{"n":123456789012345678901234567890}}',
+        '{"v":2,"seq":0,"kind":"tool_call","arguments":{"n":-9223372036854775809}}',
+        '{"v":2,"seq":0,"kind":"tool_call","arguments":{"n":NaN,"m":Infinity,"f":1e-07}}',
+        '{"v":2,"seq":0,"kind":"tool_call","arguments":{"s":"a\\ud800b","t":"\u00e9"}}',
+    ],
+)
+def test_a_runlog_is_read_as_json_reads_it(tmp_path: Path, line: str) -> None:
+    """orjson reads most lines; an integer past 64 bits (which it would make a float), NaN and
+    a lone surrogate come back exactly as ``json`` reads them, on any line of the log."""
+    path = tmp_path / "runlog.jsonl"
+    first = '{"v":2,"seq":1,"kind":"note","text":"before"}'
+    path.write_text(f"{first}\r\n{line}\n{{torn", "utf-8")
+    events, problems = read_runlog(path)
+    assert events == [json.loads(first), json.loads(line)]
+    assert repr(events[1]) == repr(json.loads(line))  # ints stay ints, nan stays nan
+    assert problems == [f"{path}:3: the last line is torn (the run may have crashed); skipped"]
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
 
-from .encoding import strict_json, timestamp
+from .encoding import runlog_line, strict_json, timestamp
 from .names import FORMAT_VERSION, is_run_id, runlog_path, safe_file_name, unique_name
 from .reopen import ReplacedTail, last_line
 
@@ -135,7 +135,7 @@ class JsonlRunLog(_Envelope):
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
         record = self._stamp(kind, data)
-        line = strict_json(record, ensure_ascii=False, separators=(",", ":"))
+        line = runlog_line(record)
         safe = self._secrets.redact_json(line)  # the same line, unless a secret was in it
         self._file.write(safe + "\n")
         self._flush_soon()
