@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import msgspec
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 from .pack import AfterCall, Pack
 from .ports import Tool
@@ -44,7 +44,7 @@ def joined(pack: Pack, additions: Sequence[Addition]) -> Pack:
     if not prompts and not tools and not hooks:
         return pack
     prompt = "\n\n".join([pack.system_prompt, *prompts])
-    return msgspec.structs.replace(
+    return replace(
         pack,
         system_prompt=prompt,
         tools=(*pack.tools, *tools),

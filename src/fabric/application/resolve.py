@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import msgspec
 from msgspec import Struct
+from msgspec.structs import replace
 
 from fabric.config.schema import LLMSettings
 from fabric.domain.errors import (
@@ -111,7 +111,7 @@ async def resolve_llm(
             continue
         notes = "; ".join(f"{b} skipped: {why}" for b, why in skipped)
         reason = f"{notes}; {candidate}: {found.reason}" if notes else found.reason
-        return msgspec.structs.replace(found, reason=reason, skipped=tuple(skipped))
+        return replace(found, reason=reason, skipped=tuple(skipped))
     raise _none_usable(llm, skipped, failures)
 
 
@@ -167,7 +167,7 @@ async def _on_backend(
             break
         ok = await probe(name, chosen.name)
         probed[chosen.name] = ok
-        models = [msgspec.structs.replace(m, tools=ok) if m is chosen else m for m in models]
+        models = [replace(m, tools=ok) if m is chosen else m for m in models]
     if probed:
         verdicts = [(m, _probe_note(m, v, probed)) for m, v in verdicts]
         found = [n for n, ok in probed.items() if ok]

@@ -46,7 +46,9 @@ class Skill(Struct, frozen=True):
     skill restored from a recorded run whose SKILL.md is no longer the one recorded."""
 
     def __repr__(self) -> str:  # every field but the body, which may run to pages
-        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__struct_fields__[:-1])
+        shown = ", ".join(
+            f"{n}={getattr(self, n)!r}" for n in self.__struct_fields__ if n != "body"
+        )
         return f"Skill({shown})"
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-import msgspec
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 import fabric
 from fabric.application.additions import Addition, as_recorded, recorded
@@ -90,7 +90,7 @@ class Session(Struct, frozen=True):
         pack = as_recorded(loaded_pack.pack, self.additions, events)
         if not mcp or not self.tools:
             return pack
-        return msgspec.structs.replace(pack, tools=(*pack.tools, *self.tools))
+        return replace(pack, tools=(*pack.tools, *self.tools))
 
     def meta(self) -> dict[str, Any]:
         mcp = {} if self.mcp is None else {"mcp": self.mcp}

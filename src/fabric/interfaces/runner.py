@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 from fabric.application.additions import Addition
 from fabric.application.commands import CommandRunner
@@ -216,9 +216,7 @@ class Runner(Struct, Resumes, dict=True):
                 state = ReplayState()
                 job, kit, control = checkpointed(job, kit, control, checkpoints, state)
                 if recovered is not None:  # what the log holds already is not written again
-                    kit = msgspec.structs.replace(
-                        kit, runlog=ResumingRunLog(kit.runlog, recovered, state)
-                    )
+                    kit = replace(kit, runlog=ResumingRunLog(kit.runlog, recovered, state))
             return await execute_task(job, kit, control)
 
     @property
@@ -288,7 +286,7 @@ class Runner(Struct, Resumes, dict=True):
         control = control or Control()
         if not self.observers:
             return control
-        return msgspec.structs.replace(control, observers=(*self.observers, *control.observers))
+        return replace(control, observers=(*self.observers, *control.observers))
 
     async def aclose(self) -> None:
         await self.backends.aclose()

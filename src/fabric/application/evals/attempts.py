@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from msgspec import Struct, field
+from msgspec.structs import replace
 
 from fabric.application.job import RunRequest
 from fabric.config.eval_suite import EvalCase
@@ -62,7 +62,7 @@ def plan(
 ) -> list[Planned]:
     """Attempts 1..``repeats`` of every case, without those ``done`` (case id, attempt);
     ``pack`` runs every case with that pack instead of its own."""
-    cases = [msgspec.structs.replace(c, pack=pack) if pack else c for c in cases]
+    cases = [replace(c, pack=pack) if pack else c for c in cases]
     return [
         Planned(case, n)
         for n in range(1, repeats + 1)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from msgspec import Struct
+from msgspec.structs import replace
 
 from fabric.application.approvals import RecordedApprover
 from fabric.application.execute_task import execute_task
@@ -94,7 +94,7 @@ async def replay(
         tools, updates = offers.first(), offers
     verifiers = recorded_verifiers(recording, pack, state=state, live=live)
     brief = recorded_brief(recording)  # what the model was told then, not a new look
-    replay_pack = msgspec.structs.replace(
+    replay_pack = replace(
         pack,
         tools=tools,
         verifiers=verifiers,
@@ -114,7 +114,7 @@ async def replay(
         tool_search=recorded_settings(recording.started),  # it searches as the run did
     )
     window, reply = recorded_window(recording.started)
-    replaying = msgspec.structs.replace(
+    replaying = replace(
         kit,
         chat=chat,
         runlog=WatchingRunLog(kit.runlog, recording, state),

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import msgspec
 from msgspec import Struct
+from msgspec.structs import replace
 
 from fabric.application.replay.recording import Recording
 from fabric.config.schema import Limits
@@ -92,9 +92,9 @@ def recovered_plan(events: Sequence[Mapping[str, Any]], looks: Collection[str]) 
     )
     if not looked or any(e.get("kind") == "llm_response" and e.get("step") == answered
                          for e in events):  # fmt: skip
-        return msgspec.structs.replace(plan, reason="recovered")
+        return replace(plan, reason="recovered")
     kept = [e for e in plan.events if not (isinstance(e.get("step"), int) and e["step"] == last)]
-    return msgspec.structs.replace(plan, events=kept, completed=last - 1, reason="recovered")
+    return replace(plan, events=kept, completed=last - 1, reason="recovered")
 
 
 def ended(events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

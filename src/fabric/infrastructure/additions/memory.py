@@ -15,8 +15,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
 from msgspec import Struct
+from msgspec.structs import replace
 
 from fabric.application.additions import Addition
 from fabric.application.context import ToolContext
@@ -88,9 +88,9 @@ def memory_addition(where: Where) -> Addition:
         had, then = recorded_facts(events)
         if not had:  # the run had no memory then: as it is now (a replay says it differs)
             return addition
-        return msgspec.structs.replace(addition, prompt=prompt(then))
+        return replace(addition, prompt=prompt(then))
 
-    return msgspec.structs.replace(addition, restore=restore)
+    return replace(addition, restore=restore)
 
 
 async def remember(ctx: ToolContext, fact: str, memory: Memory) -> str:

@@ -14,9 +14,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import msgspec
 from dbos import DBOS
-from msgspec import Struct
+from msgspec import Struct, field
 
 from fabric.application.job import LEFT_FOR_RECOVERY
 from fabric.application.tasks.ports import RunTask
@@ -230,7 +229,7 @@ class _Held(Struct, eq=False):
     record: TaskRecord
     folder: Path
     ready: asyncio.Event
-    cancel: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: bool = False
     job: asyncio.Future[None] | None = None
 

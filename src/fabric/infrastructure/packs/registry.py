@@ -21,8 +21,8 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, get_type_hints
 
-import msgspec
 from msgspec import Struct
+from msgspec.structs import replace
 from pydantic import BaseModel, ValidationError
 
 from fabric.application.pack import Pack
@@ -65,18 +65,14 @@ class LoadedPack(Struct, frozen=True):
         kept = tuple(v for v in self.pack.verifiers if not isinstance(v, CommandVerifier))
         if verify.strip() != "off":
             kept += (CommandVerifier(verify, when="always", timeout=self.settings.verify.timeout),)
-        return msgspec.structs.replace(
-            self, pack=msgspec.structs.replace(self.pack, verifiers=kept)
-        )
+        return replace(self, pack=replace(self.pack, verifiers=kept))
 
     def within(self, outer: SandboxSettings) -> LoadedPack:
         """This pack for a run delegated by one whose sandbox is ``outer``: never more than
         that allows (``SandboxSettings.within``)."""
         sandbox = self.settings.sandbox.within(outer)
         settings = self.settings.model_copy(update={"sandbox": sandbox})
-        return msgspec.structs.replace(
-            self, pack=msgspec.structs.replace(self.pack, sandbox=sandbox), settings=settings
-        )
+        return replace(self, pack=replace(self.pack, sandbox=sandbox), settings=settings)
 
     @property
     def starts_commands(self) -> bool:
@@ -149,7 +145,7 @@ def _build(place: Place, section: RawPackSection, builder: Callable[..., Any]) -
     if problem is not None:
         raise problem
     pack = _built(place, section.builder, builder, settings)
-    pack = msgspec.structs.replace(
+    pack = replace(
         pack,
         name=place.name,
         model=settings.model,

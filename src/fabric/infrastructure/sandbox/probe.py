@@ -16,8 +16,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import msgspec
 from msgspec import Struct
+from msgspec.structs import asdict
 
 import fabric
 from fabric.config.schema import SandboxSettings
@@ -114,7 +114,7 @@ def host_report(*, fresh: bool = False) -> HostReport:
     if report is None:
         report = _probe(bwrap, abi)
         with contextlib.suppress(OSError):  # only a cache
-            write_json_atomic(path, {"key": key, "report": msgspec.structs.asdict(report)})
+            write_json_atomic(path, {"key": key, "report": asdict(report)})
     _memo[:] = [report]
     return report
 
