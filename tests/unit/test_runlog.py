@@ -148,6 +148,8 @@ def test_strict_json_writes_what_the_json_module_writes(options: dict[str, Any])
         {"kind": "x", "keys": {1: "one", None: "none"}},
         {"kind": "x", "deep": json.loads("[" * 300 + "]" * 300)},
         {"kind": "x", "says": "the word null, in a string"},
+        {"kind": "x", "message": {"content": None, "calls": [{"n": 1.5}]}, "rule": None},
+        {"kind": "x", "rule": None, "at": (1, 2), "where": Path("/w")},
         {"kind": "x", "status": RunStatus.COMPLETED, "tiny": 1e-07},
     ],
 )
@@ -179,6 +181,22 @@ def test_a_runlog_is_read_as_json_reads_it(tmp_path: Path, line: str) -> None:
     assert events == [json.loads(first), json.loads(line)]
     assert repr(events[1]) == repr(json.loads(line))  # ints stay ints, nan stays nan
     assert problems == [f"{path}:3: the last line is torn (the run may have crashed); skipped"]
+
+
+def test_a_runlog_with_lines_that_are_no_events_is_read_line_by_line(tmp_path: Path) -> None:
+    """Bytes that are no UTF-8 are read as text mode reads them (U+FFFD), and a line that is
+    no event is reported by its number, however the good lines were read."""
+    path = tmp_path / "runlog.jsonl"
+    path.write_bytes(
+        b'{"v":3,"seq":0,"kind":"note","text":"one"}\n'
+        b'{"v":3,"seq":1,"kind":"note","text":"bad \xff byte"}\n'
+        b"[1, 2]\n"
+        b"   \n"
+        b'{"v":3,"seq":2,"kind":"note","text":"two"}\n'
+    )
+    events, problems = read_runlog(path)
+    assert [e["text"] for e in events] == ["one", "bad \ufffd byte", "two"]
+    assert problems == [f"{path}:3: not a runlog event; skipped"]
 
 
 @pytest.mark.parametrize(

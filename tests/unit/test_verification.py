@@ -24,7 +24,7 @@ from fabric.application.resume import plan_resume, resume_task
 from fabric.application.verify import RunRecord, ToolUse, Verdict
 from fabric.config.schema import Limits, SandboxSettings
 from fabric.domain.errors import ConfigError
-from fabric.domain.models import ChatRequest, ChatResponse, RunResult, RunStatus
+from fabric.domain.models import ChatRequest, ChatResponse, RunResult, RunStatus, ToolSpec
 from fabric.infrastructure.tools.function_tool import FunctionTool
 from fabric.infrastructure.tools.html_text import html_to_text
 from fabric.infrastructure.tools.verifiers import CitationVerifier
@@ -603,6 +603,38 @@ def test_the_same_call_with_the_same_result_gets_a_note(workspace: Path) -> None
     assert outputs[0] == "noted: x"
     assert "same call 2 times in a row" in outputs[1] and "same call 3 times" in outputs[2]
     assert outputs[3] == "noted: y"
+
+
+class _Look:
+    """A tool that takes any arguments and always says the same."""
+
+    spec = ToolSpec("look", "Look.", {"type": "object"})
+
+    async def __call__(self, arguments: Mapping[str, Any], ctx: ToolContext) -> str:
+        return "seen"
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "same"),
+    [
+        ({"a": 1, "b": [2, {"c": None}]}, {"b": [2, {"c": None}], "a": 1}, True),
+        ({"text": "a\ud800b"}, {"text": "a\ud800b"}, True),  # one msgspec will not write
+        ({"n": 1}, {"n": 1.0}, False),
+        ({"n": 1}, {"n": True}, False),
+        ({"n": None}, {"n": "null"}, False),
+        ({"big": 2**70}, {"big": 2**70 + 1}, False),
+    ],
+)
+def test_a_call_is_the_same_call_when_its_arguments_are_the_same_json(
+    workspace: Path, first: dict[str, Any], again: dict[str, Any], same: bool
+) -> None:
+    """The order of keys does not matter; a value JSON writes differently does."""
+    calls = [tool_call("look", first), tool_call("look", again), finish()]
+    _, log, _ = run(pack(tools=(_Look(),)), calls, workspace)
+    outputs = [e["output"] for e in log.events if e["kind"] == "tool_result"]
+    assert outputs[0] == "seen"
+    assert ("same call 2 times in a row" in outputs[1]) is same
+    assert outputs[1] == "seen" or same
 
 
 def test_only_the_newest_repeat_note_is_sent_again_and_the_runlog_keeps_each(

@@ -112,7 +112,8 @@ async def replay_run(
                     runlog,
                     commands,
                     runner.protected_paths,
-                    runner.read_only_in(workspace),
+                    # recorded tools touch nothing: no host code to keep from them
+                    runner.read_only_in(workspace) if live else (),
                     tool_updates=toolbox,
                 ),
                 live=live,

@@ -170,7 +170,8 @@ def usage_json(usage: Usage) -> dict[str, int]:
 
 
 def ms_since(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
+    """Milliseconds since ``started`` (``time.perf_counter``), to the microsecond."""
+    return round((time.perf_counter() - started) * 1_000_000) / 1000  # round(ms, 3): 2.5x slower
 
 
 def clip(text: str, limit: int = 80) -> str:

@@ -43,17 +43,12 @@ class _Envelope:
         return record
 
     def _stamp(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
-        envelope = {
-            "v": FORMAT_VERSION,
-            "seq": self._seq,
-            "ts": timestamp(self._clock()),
-            "run_id": self.run_id,
-            "kind": kind,
-        }
-        record = {**envelope, **data}
-        if len(record) < len(envelope) + len(data):  # data reused an envelope key: it loses
-            record.update(envelope)
-        self._seq += 1
+        seq, ts = self._seq, timestamp(self._clock())
+        record = {"v": FORMAT_VERSION, "seq": seq, "ts": ts, "run_id": self.run_id, "kind": kind}
+        record.update(data)
+        if len(record) < 5 + len(data):  # data reused an envelope key: it loses
+            record.update(v=FORMAT_VERSION, seq=seq, ts=ts, run_id=self.run_id, kind=kind)
+        self._seq = seq + 1
         return record
 
     def _notify(self, record: Mapping[str, Any]) -> None:
@@ -134,22 +129,25 @@ class JsonlRunLog(_Envelope):
         return str(self.path)
 
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
+        # five lines a step: what is done here for each one is kept to the few calls needed
         record = self._stamp(kind, data)
         line = runlog_line(record)
-        safe = self._secrets.redact_json(line)  # the same line, unless a secret was in it
+        # the same line, unless a secret was in it
+        safe = self._secrets.redact_json(line) if self._secrets else line
         self._file.write(safe + "\n")
-        self._flush_soon()
+        if not self._flushing:
+            self._flush_soon()
         # Observers (live progress, the service's event wake-up) see what the log holds,
         # once it holds it.
-        self._notify(record if safe is line else json.loads(safe))
+        if self._observers:
+            self._notify(record if safe is line else json.loads(safe))
 
     def _flush_soon(self) -> None:
-        """Flush now, or, in a running event loop, as soon as the loop gets control back: the
-        lines a step writes together (a reply, a tool call, its verdict, its result) reach the
-        file in one write, before anything waits on a model, a tool or a person, and before a
-        live reader this emit wakes reads the file (its wake-up is scheduled after this)."""
-        if self._flushing:
-            return
+        """Flush now or, in a running event loop, as soon as the loop gets control back (no
+        flush is pending when this is called): the lines a step writes together (a reply, a
+        tool call, its verdict, its result) reach the file in one write, before anything
+        waits on a model, a tool or a person, and before a live reader this emit wakes reads
+        the file (its wake-up is scheduled after this)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
