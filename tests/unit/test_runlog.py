@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from fabric.infrastructure.runlog import (
     new_run_id,
     schema_path,
 )
-from fabric.infrastructure.runlog.encoding import runlog_line, strict_json, timestamp
+from fabric.infrastructure.runlog.encoding import now_stamp, runlog_line, strict_json, timestamp
 from fabric.infrastructure.runlog.reader import read_runlog
 from fabric.infrastructure.sandbox import command_runner
 from fabric.testing import MockOpenAIServer, completion
@@ -211,6 +212,17 @@ def test_a_runlog_with_lines_that_are_no_events_is_read_line_by_line(tmp_path: P
 )
 def test_line_timestamps_are_iso_z_to_the_microsecond(moment: datetime) -> None:
     assert timestamp(moment) == iso_z(moment, "microseconds")
+
+
+def test_the_clock_s_time_stamp_is_now_to_the_microsecond() -> None:
+    """``now_stamp`` (a runlog's default clock) writes what ``timestamp(utc_now())`` would."""
+    for _ in range(2):
+        before = datetime.now(UTC)
+        stamp = now_stamp()
+        after = datetime.now(UTC)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", stamp), stamp
+        assert timestamp(before) <= stamp <= timestamp(after)
+        time.sleep(0.6)  # into the next second, whose text is written anew
 
 
 def test_a_lone_surrogate_stays_valid_utf8_and_round_trips(tmp_path: Path) -> None:

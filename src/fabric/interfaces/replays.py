@@ -111,8 +111,8 @@ async def replay_run(
                     None,  # the recorded replies answer
                     runlog,
                     commands,
-                    runner.protected_paths,
-                    # recorded tools touch nothing: no host code to keep from them
+                    # recorded tools touch no file: nothing to keep from them
+                    runner.protected_paths if live else (),
                     runner.read_only_in(workspace) if live else (),
                     tool_updates=toolbox,
                 ),

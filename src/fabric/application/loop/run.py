@@ -24,6 +24,7 @@ class Run(ToolSteps):
     """One run, driven by ``execute_task``."""
 
     async def loop(self) -> None:
+        self._task = asyncio.current_task()
         watcher = asyncio.ensure_future(self._watch())  # one per run, not one per step
         try:
             if self.pack.brief is not None:
@@ -156,7 +157,7 @@ class Run(ToolSteps):
         """The model call; a cancel during it (``_watch``) cuts it and ends the run as
         cancelled. The call runs in the loop's own task: no task of its own per step."""
         self._check_cancel()
-        task = self._chatting = asyncio.current_task()
+        task = self._chatting = self._task
         assert task is not None  # the loop runs in a task
         try:
             wire = self._outgoing()

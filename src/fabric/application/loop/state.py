@@ -73,6 +73,8 @@ class RunState(Struct, dict=True):
     """How many messages the runlog has (``llm_request`` logs only the new ones)."""
     _chatting: asyncio.Task[Any] | None = None
     """The task waiting for the model right now, which a cancel cuts (``_watch``)."""
+    _task: asyncio.Task[Any] | None = None
+    """The task the loop runs in (``Run.loop``), its own from start to end."""
     _cut: bool = False
     _last_call: tuple[str, str, str] | None = None
     _repeats: int = 0

@@ -3,7 +3,6 @@ its output cut to size (the whole of it kept as an artifact) and logged again.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -19,6 +18,7 @@ from fabric.config.prompts import REPEATED
 from fabric.domain.errors import ToolError
 from fabric.domain.models import Message, ToolCall
 
+from .deadline import Expired, within
 from .fitting import Fitting
 from .search import LOAD_TOOL, OWN, SEARCH_TOOL
 from .state import Stop, clip, describe, ms_since
@@ -223,13 +223,11 @@ class ToolSteps(Fitting):
                 hint=f"use one of: {', '.join([*self.tools, FINISH_TOOL])}",
             )
         timeout, left = self.limits.tool_timeout, self._seconds_left()
-        by_budget = left is not None and left < timeout
-        try:
-            async with asyncio.timeout(left if by_budget else timeout) as deadline:
-                return await tool(arguments, ctx)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the tool's own timeout, reported as its failure
+        seconds = timeout if left is None else min(left, timeout)
+        by_budget = seconds < timeout
+        try:  # a TimeoutError the tool raises itself is reported as its failure
+            return await within(tool(arguments, ctx), seconds)
+        except Expired:
             if by_budget:
                 raise ToolError(
                     f"{name} was stopped: the run's time budget ran out",

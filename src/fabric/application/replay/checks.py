@@ -85,7 +85,7 @@ def missing_checks(recording: Recording, pack: Pack) -> list[str]:
 def recorded_brief(recording: Recording) -> Brief | None:
     """The pack's look at the workspace as the run recorded it (its ``brief`` event), so a
     replay or a resume sends the model the same first message; None when it had none."""
-    event = next((e for e in recording.events if e.get("kind") == "brief"), None)
+    event = recording.brief
     if event is None:
         return None
     told = Briefing(

@@ -44,17 +44,6 @@ class Recording:
         check_versions(events)
         self.events = events
         """The events as read (a replay answers the policy's asks from their approvals)."""
-        started = [e for e in events if e.get("kind") == "run_started"]
-        if not started:
-            raise RunError(
-                "the runlog has no run_started event",
-                hint="pass the runlog of a run fabric recorded",
-            )
-        self.started: Mapping[str, Any] = started[0]
-        finished = [e for e in events if e.get("kind") == "run_finished"]
-        self.finished: Mapping[str, Any] | None = finished[-1] if finished else None
-        self.limits: dict[str, Any] = dict(self.started.get("limits") or {})
-        """The run's limits: those it started with, or the ones it was last resumed with."""
         self.steps: list[RecordedStep] = []
         self.results: list[Mapping[str, Any]] = []
         self.verifications: list[Mapping[str, Any]] = []
@@ -63,19 +52,28 @@ class Recording:
         """``policy_decision`` events by call (format version 2 and later)."""
         self.approvals: dict[CallKey, Mapping[str, Any]] = {}
         """``approval`` events by call: the answers a replay gives again."""
-        self._mcp: list[Mapping[str, Any]] = []
-        """``mcp`` of ``run_started``, then of each ``run_resumed``."""
-        if isinstance(self.started.get("mcp"), Mapping):
-            self._mcp.append(self.started["mcp"])
+        self.brief: Mapping[str, Any] | None = None
+        """The ``brief`` event: the pack's look at the workspace before the first step."""
+        self.compacted: list[Mapping[str, Any]] = []
+        """``context_compacted`` events, in order."""
+        started: Mapping[str, Any] | None = None
+        self.finished: Mapping[str, Any] | None = None
+        resumed: list[Mapping[str, Any]] = []
         by_number: dict[int, RecordedStep] = {}
-        for event in events:
+        for event in events:  # one pass: a replay reads every event of a long log once
             kind, number = event.get("kind"), event.get("step")
             if kind == "run_resumed":  # what was logged of the steps redone is not what counts
                 self._forget_from(by_number, int(event.get("from_step", 1)))
-                if isinstance(event.get("mcp"), Mapping):
-                    self._mcp.append(event["mcp"])
-                self.limits = dict(event.get("limits") or self.limits)
+                resumed.append(event)
                 continue
+            if kind == "run_started" and started is None:
+                started = event
+            elif kind == "run_finished":
+                self.finished = event
+            elif kind == "brief" and self.brief is None:
+                self.brief = event
+            elif kind == "context_compacted":
+                self.compacted.append(event)
             if not isinstance(number, int):
                 continue
             step = by_number.get(number)
@@ -83,6 +81,21 @@ class Recording:
                 step = by_number[number] = RecordedStep(number)
                 self.steps.append(step)
             self._add(step, event)
+        if started is None:
+            raise RunError(
+                "the runlog has no run_started event",
+                hint="pass the runlog of a run fabric recorded",
+            )
+        self.started: Mapping[str, Any] = started
+        self.limits: dict[str, Any] = dict(started.get("limits") or {})
+        """The run's limits: those it started with, or the ones it was last resumed with."""
+        self._mcp: list[Mapping[str, Any]] = []
+        """``mcp`` of ``run_started``, then of each ``run_resumed``."""
+        for event in (started, *resumed):
+            if event is not started:
+                self.limits = dict(event.get("limits") or self.limits)
+            if isinstance(event.get("mcp"), Mapping):
+                self._mcp.append(event["mcp"])
         self.steps.sort(key=lambda s: s.number)
         self._by_number = {s.number: s for s in self.steps}
 

@@ -130,11 +130,15 @@ class RecordedSummaries:
         then: Summarize | None = None,
         upto_step: int | None = None,
     ) -> None:
-        events = recording.events if isinstance(recording, Recording) else recording
+        events = (
+            recording.compacted
+            if isinstance(recording, Recording)
+            else [e for e in recording if e.get("kind") == "context_compacted"]
+        )
         self._written = [
             (int(e.get("step", 0)), e["summary"])
             for e in events
-            if e.get("kind") == "context_compacted" and isinstance(e.get("summary"), Mapping)
+            if isinstance(e.get("summary"), Mapping)
         ]
         self._state, self._then, self._upto = state, then, upto_step
         self._next = 0

@@ -39,9 +39,10 @@ class WatchingRunLog:
         if not expected:
             self._state.diverge(step, "tool_calls", "no more calls", _call_view(data))
             return
-        recorded, now = _call_view(expected.popleft()), _call_view(data)
-        if recorded == now:
+        then = expected.popleft()
+        if all(then.get(k) == data.get(k) for k in _CALL_FIELDS):
             return
+        recorded, now = _call_view(then), _call_view(data)
         difference = first_difference(plain(recorded), plain(now), "tool_call")
         if difference is not None:
             self._state.diverge(step, *difference)
@@ -64,8 +65,11 @@ class WatchingRunLog:
         self._inner.close()
 
 
+_CALL_FIELDS = ("call_id", "name", "arguments")
+
+
 def _call_view(call: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: call.get(k) for k in ("call_id", "name", "arguments")}
+    return {k: call.get(k) for k in _CALL_FIELDS}
 
 
 def _verdict_view(decision: Mapping[str, Any] | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from json.encoder import (  # type: ignore[attr-defined]
@@ -98,3 +99,21 @@ def timestamp(moment: datetime) -> str:
     if moment.tzinfo is not UTC or not moment.microsecond:
         return iso_z(moment, "microseconds")
     return orjson.dumps(moment, option=orjson.OPT_UTC_Z)[1:-1].decode()
+
+
+_second = (-1, "")
+"""The second ``now_stamp`` last wrote in, and its text up to the fraction (read and set as
+one value: threads share it)."""
+
+
+def now_stamp() -> str:
+    """``timestamp(utc_now())`` without the datetime: the system clock's now to the
+    microsecond (rounded down, as ``datetime.now``), its date and time of day written once a
+    second. Half the cost; one line of the runlog each."""
+    global _second
+    micros = time.time_ns() // 1000
+    seconds = micros // 1_000_000
+    second = _second
+    if second[0] != seconds:
+        second = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(seconds)))
+    return "%s%06dZ" % (second[1], micros % 1_000_000)  # noqa: UP031 (the fastest here)

@@ -21,7 +21,7 @@ from fabric.domain.clock import Clock, utc_now
 from fabric.domain.errors import ConfigError
 from fabric.domain.secrets import Secrets
 
-from .encoding import runlog_line, strict_json, timestamp
+from .encoding import now_stamp, runlog_line, strict_json, timestamp
 from .names import FORMAT_VERSION, is_run_id, runlog_path, safe_file_name, unique_name
 from .reopen import ReplacedTail, last_line
 
@@ -35,7 +35,7 @@ class _Envelope:
         self.run_id = run_id
         self._seq = 0
         self._observers = observers
-        self._clock = clock
+        self._now: Callable[[], str] = now_stamp if clock is utc_now else lambda: timestamp(clock())
 
     def _record(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
         record = self._stamp(kind, data)
@@ -43,7 +43,7 @@ class _Envelope:
         return record
 
     def _stamp(self, kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
-        seq, ts = self._seq, timestamp(self._clock())
+        seq, ts = self._seq, self._now()
         record = {"v": FORMAT_VERSION, "seq": seq, "ts": ts, "run_id": self.run_id, "kind": kind}
         record.update(data)
         if len(record) < 5 + len(data):  # data reused an envelope key: it loses
