@@ -28,7 +28,7 @@ async def within(call: Awaitable[T], seconds: float) -> T:
     """``await call``, cut off after ``seconds`` with ``Expired``."""
     loop = asyncio.get_running_loop()
     when = loop.time() + seconds
-    if not isinstance(call, Coroutine):  # an awaitable of another kind: as it comes
+    if not isinstance(call, types.CoroutineType):  # an awaitable of another kind: as it is
         return await _timed(call, when)
     try:
         waiting = call.send(None)  # up to the first wait, or to the end

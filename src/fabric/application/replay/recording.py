@@ -42,8 +42,6 @@ class Recording:
 
     def __init__(self, events: Sequence[Mapping[str, Any]]) -> None:
         check_versions(events)
-        self.events = events
-        """The events as read (a replay answers the policy's asks from their approvals)."""
         self.steps: list[RecordedStep] = []
         self.results: list[Mapping[str, Any]] = []
         self.verifications: list[Mapping[str, Any]] = []
@@ -56,6 +54,8 @@ class Recording:
         """The ``brief`` event: the pack's look at the workspace before the first step."""
         self.compacted: list[Mapping[str, Any]] = []
         """``context_compacted`` events, in order."""
+        self.answers: list[Mapping[str, Any]] = []
+        """Every ``approval`` event, in order (a replay gives the same answers again)."""
         started: Mapping[str, Any] | None = None
         self.finished: Mapping[str, Any] | None = None
         resumed: list[Mapping[str, Any]] = []
@@ -74,6 +74,8 @@ class Recording:
                 self.brief = event
             elif kind == "context_compacted":
                 self.compacted.append(event)
+            elif kind == "approval":
+                self.answers.append(event)
             if not isinstance(number, int):
                 continue
             step = by_number.get(number)

@@ -126,7 +126,7 @@ async def replay(
     )
     # an "ask" gets the answer it got then
     result = await execute_task(
-        job, replaying, Control(approver=RecordedApprover(recording.events))
+        job, replaying, Control(approver=RecordedApprover(recording.answers))
     )
     if state.divergence is None:
         _check_end(recording, result, state)

@@ -40,7 +40,11 @@ class WatchingRunLog:
             self._state.diverge(step, "tool_calls", "no more calls", _call_view(data))
             return
         then = expected.popleft()
-        if all(then.get(k) == data.get(k) for k in _CALL_FIELDS):
+        if (
+            then.get("call_id") == data.get("call_id")
+            and then.get("name") == data.get("name")
+            and then.get("arguments") == data.get("arguments")
+        ):
             return
         recorded, now = _call_view(then), _call_view(data)
         difference = first_difference(plain(recorded), plain(now), "tool_call")
@@ -65,11 +69,8 @@ class WatchingRunLog:
         self._inner.close()
 
 
-_CALL_FIELDS = ("call_id", "name", "arguments")
-
-
 def _call_view(call: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: call.get(k) for k in _CALL_FIELDS}
+    return {k: call.get(k) for k in ("call_id", "name", "arguments")}
 
 
 def _verdict_view(decision: Mapping[str, Any] | None) -> str:
