@@ -80,7 +80,7 @@ class RunState(Struct, dict=True):
     _repeats: int = 0
     _scanned: int = 0
     """How many messages ``_outgoing`` has looked at for repeat notes (the history only grows)."""
-    _noted: list[int] = field(default_factory=list)
+    _noted: list[tuple[int, int]] = field(default_factory=list)
     """Where the messages with a repeat note are, oldest first."""
     _wire: list[Message] = field(default_factory=list)
     """The history as it is sent (``_outgoing``): the messages, older notes left off."""

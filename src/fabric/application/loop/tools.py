@@ -205,13 +205,13 @@ class ToolSteps(Fitting):
             content = message.get("content")
             if message.get("role") != "tool" or not isinstance(content, str):
                 continue
-            if _note_at(content) < 0:
+            note = _note_at(content)
+            if note < 0:
                 continue
             if self._noted:  # the note before this one is sent no more
-                older = self._noted[-1]
-                text = sent[older]["content"]
-                sent[older] = {**sent[older], "content": text[: _note_at(text)]}
-            self._noted.append(at)
+                older, its_note = self._noted[-1]
+                sent[older] = {**sent[older], "content": sent[older]["content"][:its_note]}
+            self._noted.append((at, note))
         self._scanned = len(messages)
         return sent
 
