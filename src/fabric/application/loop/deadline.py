@@ -1,7 +1,7 @@
 """A tool call's time limit, with its timer armed only once the call waits.
 
 ``asyncio.timeout`` schedules a timer on the event loop and cancels it again: about 10 µs a
-call on this project's reference machine, for every call. A call that answers without ever
+call on the machine fabric is measured on, for every call. A call that answers without ever
 waiting (a recorded result in a replay or a resume, a tool that needs no I/O) cannot be cut
 off by any timer, since the loop never runs while it does. So the call is first run up to its
 first wait; only a call that does wait gets the timer, set to the deadline counted from the

@@ -31,10 +31,10 @@ def read_runlog(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def _every_line(data: bytes) -> list[dict[str, Any]] | None:
-    """The events of a log whose every line is one, each line's bytes read by orjson (a
-    replay of 1,000 events: about half the time ``_line_by_line`` takes); None when a line is
-    not (a torn last line, bad JSON or UTF-8, a line that is no event), for ``_line_by_line``
-    to say which."""
+    """The events of a log whose every line is one, each line's bytes read by orjson (1,040
+    events: about two thirds of the time ``_line_by_line`` takes); None when a line is not (a
+    torn last line, bad JSON or UTF-8, a line that is no event), for ``_line_by_line`` to say
+    which."""
     if b"\r" in data:  # line ends as text mode reads them
         data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     try:
