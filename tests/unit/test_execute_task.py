@@ -5,9 +5,11 @@ schema. What the model is shown is read from the next request the model received
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -988,3 +990,31 @@ def test_a_timeout_raised_by_the_tool_itself_is_its_own_failure(workspace: Path)
     assert "backend did not answer" in tool_message["content"]
     assert "did not finish within" not in tool_message["content"]
     assert result.status is RunStatus.COMPLETED
+
+
+# --- what a run leaves behind ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ending", ["completed", "failed"])
+def test_a_run_is_let_go_when_it_ends_not_left_to_the_cyclic_collector(
+    workspace: Path, ending: str
+) -> None:
+    """How the loop stops (a signal carrying the loop's frames) must not tie the run into a
+    cycle: its history, and a replay's whole recording, are freed as the run ends, not at
+    the collector's next full pass in the middle of some later run."""
+    gc.collect()
+    gc.disable()
+    try:
+        last = (
+            tool_call("finish_task", answer="done")
+            if ending == "completed"
+            else ModelConnectionError("the server went away", hint="start it again")
+        )
+        chat = ScriptedChatClient([tool_call("echo", text="hi"), last])
+        gone = weakref.ref(chat)
+        result, _, _ = run(chat, workspace)
+        del chat
+        assert result.status.value == ending
+        assert gone() is None, "the run's chat client is still held: the run is in a cycle"
+    finally:
+        gc.enable()

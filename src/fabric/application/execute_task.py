@@ -117,7 +117,7 @@ async def execute_task(job: Job, kit: Kit, control: Control = _UNWATCHED) -> Run
     try:
         await run.loop()
     except Stop as signal:
-        stop = signal
+        stop = _untied(signal)
     except asyncio.CancelledError as cut:
         if cut.args[:1] != (LEFT_FOR_RECOVERY,):
             _finish_log(run, Stop(RunStatus.CANCELLED), started)
@@ -161,6 +161,21 @@ def _uncounted(job: Job, kit: Kit) -> ConfigError | None:
         hint=f"set input_price and output_price under llm.model_options.{model} in fabric.yaml, "
         "or drop the cost limit",
     )
+
+
+def _untied(stop: Stop) -> Stop:
+    """``stop`` without the tracebacks it and what caused it carry. They hold the loop's frames,
+    which hold the run (its history, its recording in a replay): a cycle that kept all of it
+    alive until the collector's next full pass, which a process of many runs (the service, a
+    bench) then paid for in the middle of another run. Nothing reads them: the runlog has
+    the error as ``describe`` gives it."""
+    seen: set[int] = set()
+    exc: BaseException | None = stop
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        exc = exc.__cause__ or exc.__context__
+    return stop
 
 
 def _finish_log(run: Run, stop: Stop, started: float) -> RunResult:
