@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable
 from typing import Any
 
@@ -117,3 +118,60 @@ def test_an_awaitable_that_is_no_coroutine_is_awaited_as_it_is() -> None:
         return await within(future, 5)
 
     assert asyncio.run(go()) == "from a future"
+
+
+def test_a_call_that_turns_the_cancel_into_its_own_error_has_no_cancel_behind_it() -> None:
+    """As with ``asyncio.timeout``: the error raised after the handler is not "during the
+    handling of" the cancel."""
+
+    async def gives_up() -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped = True
+        if stopped:
+            raise RuntimeError("stopped before the end")
+        return "never"
+
+    async def go() -> BaseException:
+        task = asyncio.ensure_future(within(gives_up(), 30))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        try:
+            await task
+        except RuntimeError as exc:
+            return exc
+        raise AssertionError("the call's own error did not come through")
+
+    error = asyncio.run(go())
+    assert str(error) == "stopped before the end" and error.__context__ is None
+
+
+def test_what_the_call_first_waited_for_is_not_kept_while_it_waits_again() -> None:
+    """A large first result (a command's output) is the call's to let go of."""
+
+    class Big:
+        pass
+
+    seen: list[weakref.ref[Big]] = []
+    gone_while_waiting: list[bool] = []
+
+    async def two_waits() -> str:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Big] = loop.create_future()
+        loop.call_soon(future.set_result, Big())
+        big = await future
+        seen.append(weakref.ref(big))
+        del big, future
+        await asyncio.sleep(0.05)  # the second wait, during which ``watch`` looks
+        return "done"
+
+    async def watch() -> None:
+        await asyncio.sleep(0.02)
+        gone_while_waiting.append(seen[0]() is None)
+
+    async def go() -> list[Any]:
+        return await asyncio.gather(within(two_waits(), 5), watch())
+
+    assert asyncio.run(go())[0] == "done"
+    assert gone_while_waiting == [True]

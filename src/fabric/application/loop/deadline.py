@@ -6,7 +6,9 @@ waiting (a recorded result in a replay or a resume, a tool that needs no I/O) ca
 off by any timer, since the loop never runs while it does. So the call is first run up to its
 first wait; only a call that does wait gets the timer, set to the deadline counted from the
 call's start. What a cut-off call sees is what ``asyncio.timeout`` gives it: a cancel where it
-waits.
+waits. One difference: a call whose first step alone runs past the deadline (busy work that
+keeps the loop from running) is cancelled at its first wait, where ``asyncio.timeout`` would
+let it take one more pass of the loop first.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ async def within(call: Awaitable[T], seconds: float) -> T:
     except StopIteration as done:
         result: T = done.value
         return result
-    return await _timed(_resumed(call, waiting), when)
+    rest = _resumed(call, waiting)
+    del waiting  # what the call waits for is the call's to keep, not this frame's
+    return await _timed(rest, when)
 
 
 async def _timed(call: Awaitable[T], when: float) -> T:
@@ -53,19 +57,26 @@ def _resumed(coro: Coroutine[Any, Any, T], waiting: Any) -> Generator[Any, None,
     """Go on with ``coro``, which stopped to wait for ``waiting``: the task waits for that, as
     it would have, and then ``yield from`` resumes the call as the task resumes any (``send``
     of None). A cancel that comes first (the timer's, the run's) is passed to the call where
-    it waits, as the task would pass it."""
+    it waits, as the task would pass it, and a close closes it, as ``yield from`` would."""
     while True:
         try:
             yield waiting
+        except GeneratorExit:
+            coro.close()
+            raise
         except BaseException as exc:
-            try:
-                waiting = coro.throw(exc)
-            except StopIteration as done:
-                result: T = done.value
-                return result
+            thrown = exc
         else:
+            waiting = None
             rest: T = yield from coro
             return rest
+        try:  # thrown outside the handler: the call sees no exception being handled
+            waiting = coro.throw(thrown)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        finally:
+            del thrown
 
 
 __all__ = ["Expired", "within"]
