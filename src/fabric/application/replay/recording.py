@@ -48,8 +48,6 @@ class Recording:
         """``verification`` events (format version 3 and later), in order."""
         self.policy: dict[CallKey, Mapping[str, Any]] = {}
         """``policy_decision`` events by call (format version 2 and later)."""
-        self.approvals: dict[CallKey, Mapping[str, Any]] = {}
-        """``approval`` events by call: the answers a replay gives again."""
         self.brief: Mapping[str, Any] | None = None
         """The ``brief`` event: the pack's look at the workspace before the first step."""
         self.compacted: list[Mapping[str, Any]] = []
@@ -120,8 +118,6 @@ class Recording:
             self.verifications.append(event)
         elif kind == "policy_decision":
             self.policy[(step.number, str(event.get("call_id")))] = event
-        elif kind == "approval":
-            self.approvals[(step.number, str(event.get("call_id")))] = event
 
     def _forget_from(self, by_number: dict[int, RecordedStep], first: int) -> None:
         """Drop what the log holds of steps ``first`` and later (a resume redoes them)."""
@@ -131,7 +127,6 @@ class Recording:
         self.results = [r for r in self.results if int(r.get("step", 0)) < first]
         self.verifications = [v for v in self.verifications if int(v.get("step", 0)) < first]
         self.policy = {k: v for k, v in self.policy.items() if k[0] < first}
-        self.approvals = {k: v for k, v in self.approvals.items() if k[0] < first}
 
     @property
     def tools(self) -> list[Any]:

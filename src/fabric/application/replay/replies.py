@@ -124,20 +124,15 @@ class RecordedSummaries:
 
     def __init__(
         self,
-        recording: Recording | Sequence[Mapping[str, Any]],
+        recording: Recording,
         state: ReplayState,
         *,
         then: Summarize | None = None,
         upto_step: int | None = None,
     ) -> None:
-        events = (
-            recording.compacted
-            if isinstance(recording, Recording)
-            else [e for e in recording if e.get("kind") == "context_compacted"]
-        )
         self._written = [
             (int(e.get("step", 0)), e["summary"])
-            for e in events
+            for e in recording.compacted
             if isinstance(e.get("summary"), Mapping)
         ]
         self._state, self._then, self._upto = state, then, upto_step

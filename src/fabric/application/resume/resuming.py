@@ -105,7 +105,7 @@ async def resume_task(
     )
     # an "ask" in a re-driven step gets its recorded answer; later ones go to the approver
     control = control or Control()
-    approver = RecordedApprover(plan.events, then=control.approver, upto_step=plan.completed)
+    approver = RecordedApprover(recording.answers, then=control.approver, upto_step=plan.completed)
     return await execute_task(job, resumed_kit, msgspec.structs.replace(control, approver=approver))
 
 
