@@ -262,6 +262,10 @@ def test_lines_that_are_not_events_are_skipped(tmp_path: Path) -> None:
         line(0, "run_started")
         + b"not json at all\n\n[1, 2]\n"
         + b'{"seq": "3", "kind": "x"}\n{"seq": true, "kind": "x"}\n\xff\xfe{"seq": 9}\n'
+        + b'{"seq": 4, "kind": "x", "deep": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}\n"
         + line(1, "llm_request")
         + line(2, "run_finished")
     )

@@ -270,6 +270,7 @@ def test_missing_and_repeated_call_ids_are_made_unique() -> None:
         ('{"a": NaN}', None, "invalid JSON"),
         ('{"a": Infinity}', None, "invalid JSON"),
         ('{"a": 1e999}', None, "too large a number"),
+        ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", None, "nested too deeply"),
     ],
 )
 def test_odd_arguments_are_kept_raw_with_what_is_wrong(

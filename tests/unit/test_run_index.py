@@ -200,6 +200,10 @@ def test_hostile_lines_neither_break_the_listing_nor_hide_the_run(runs: Path) ->
         line(0, "run_started", pack=["p"], task=42, model={"m": 1}, backend="b", workspace=None)
         + "this is not JSON\n"
         + "[1, 2, 3]\n"
+        + '{"kind": "llm_response", "deep": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}\n"
         + line(1, "llm_response", step="x", usage="lots", model=7, duration_ms="slow")
         + line(2, "llm_response", step=2, usage={"prompt_tokens": True, "completion_tokens": -4})
         + line(
@@ -234,7 +238,7 @@ def test_hostile_lines_neither_break_the_listing_nor_hide_the_run(runs: Path) ->
     assert facts.steps == 2 and facts.tokens == (0, 0, 0)
     assert facts.end["steps"] == 0 and facts.end["cost_usd"] is None
     assert facts.end["duration_s"] is None and facts.end["error"] is None
-    assert facts.skipped == 2
+    assert facts.skipped == 3
     huge, status = found["huge-line"]
     assert status == "failed" and huge.skipped == 1
     for name in ("not-a-runlog", "binary", "run_started-later"):

@@ -28,8 +28,15 @@ from fabric.infrastructure.runlog import (
     new_run_id,
     schema_path,
 )
-from fabric.infrastructure.runlog.encoding import now_stamp, runlog_line, strict_json, timestamp
+from fabric.infrastructure.runlog.encoding import (
+    now_stamp,
+    read_line,
+    runlog_line,
+    strict_json,
+    timestamp,
+)
 from fabric.infrastructure.runlog.reader import read_runlog
+from fabric.infrastructure.runlog.reopen import last_line
 from fabric.infrastructure.sandbox import command_runner
 from fabric.testing import MockOpenAIServer, completion
 from packs.engineering import EngineeringSettings, build
@@ -173,8 +180,8 @@ def test_a_runlog_line_holds_what_strict_json_writes(value: dict[str, Any]) -> N
     ],
 )
 def test_a_runlog_is_read_as_json_reads_it(tmp_path: Path, line: str) -> None:
-    """orjson reads most lines; an integer past 64 bits (which it would make a float), NaN and
-    a lone surrogate come back exactly as ``json`` reads them, on any line of the log."""
+    """A log with a torn last line is read line by line: an integer past 64 bits, NaN and a
+    lone surrogate come back exactly as ``json`` reads them, on any line of the log."""
     path = tmp_path / "runlog.jsonl"
     first = '{"v":2,"seq":1,"kind":"note","text":"before"}'
     path.write_text(f"{first}\r\n{line}\n{{torn", "utf-8")
@@ -182,6 +189,35 @@ def test_a_runlog_is_read_as_json_reads_it(tmp_path: Path, line: str) -> None:
     assert events == [json.loads(first), json.loads(line)]
     assert repr(events[1]) == repr(json.loads(line))  # ints stay ints, nan stays nan
     assert problems == [f"{path}:3: the last line is torn (the run may have crashed); skipped"]
+
+
+def test_a_whole_runlog_is_read_as_json_reads_it(tmp_path: Path) -> None:
+    """Every line whole and an event: big integers, NaN and escaped lone surrogates come back
+    as ``json`` reads them, on the fast path too."""
+    lines = [
+        '{"v":3,"seq":0,"kind":"tool_call","arguments":{"n":123456789012345678901234567890}}',
+        '{"v":3,"seq":1,"kind":"tool_call","arguments":{"n":-9223372036854775809,"f":1e-07}}',
+        '{"v":3,"seq":2,"kind":"tool_call","arguments":{"n":NaN,"s":"a\\ud800b","t":"\u00e9"}}',
+    ]
+    path = tmp_path / "runlog.jsonl"
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    events, problems = read_runlog(path)
+    assert repr(events) == repr([json.loads(line) for line in lines]) and problems == []
+
+
+def test_a_line_nested_too_deeply_is_reported_not_fatal(tmp_path: Path) -> None:
+    """A hostile log's line nested past what any reader takes is a bad line, for every reader
+    of runlogs: the listing's facts, the live tail, a resume's last line."""
+    deep = '{"v":3,"seq":1,"kind":"note","x":' + "[" * 100_000 + "]" * 100_000 + "}"
+    good = '{"v":3,"seq":0,"kind":"note","text":"one"}'
+    path = tmp_path / "runlog.jsonl"
+    path.write_text(f"{good}\n{deep}\n", "utf-8")
+    events, problems = read_runlog(path)
+    assert events == [json.loads(good)]
+    assert problems == [f"{path}:2: bad JSON; skipped"]
+    assert last_line(path.read_bytes()) == (0, json.loads(good))
+    with pytest.raises(ValueError, match="nested too deeply"):
+        read_line(deep)
 
 
 def test_a_runlog_with_lines_that_are_no_events_is_read_line_by_line(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""How a runlog line is written: strict JSON, made fast (one C encoder per set of options),
-and the UTC time stamp each line carries."""
+"""How a runlog line is written (strict JSON, made fast: one C encoder per set of options, and
+the UTC time stamp each line carries) and read back (``read_line``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from json.encoder import (  # type: ignore[attr-defined]
 )
 from typing import Any
 
+import msgspec
 import orjson
 
 from fabric.domain.clock import iso_z
@@ -114,3 +115,23 @@ def now_stamp() -> str:
     if second[0] != seconds:
         second = _second = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(seconds)))
     return "%s%06dZ" % (second[1], micros % 1_000_000)  # noqa: UP031 (the fastest here)
+
+
+_DECODE = msgspec.json.Decoder().decode
+
+
+def read_line(line: bytes | str, *, constants_as_text: bool = False) -> Any:
+    """One runlog line's JSON value, as ``json.loads`` reads it; ``ValueError`` for a line that
+    is no JSON, including one nested too deeply to read (a hostile log must not crash its
+    reader). msgspec reads it (about 4x as fast as ``json``, and exact for integers past 64
+    bits); ``json`` reads what msgspec refuses and fabric never writes: NaN and Infinity (kept
+    as text with ``constants_as_text``, as the writer would have written them) and an escaped
+    lone surrogate."""
+    try:
+        return _DECODE(line)
+    except (msgspec.DecodeError, ValueError, RecursionError):  # a str with a lone surrogate
+        pass
+    try:
+        return json.loads(line, parse_constant=str if constants_as_text else None)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deeply to read") from None

@@ -13,13 +13,14 @@ JSON is skipped, fields of the wrong type count as missing, and a line longer th
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 from typing import Any
 
 from msgspec import Struct, field
 from msgspec.structs import replace
+
+from .encoding import read_line
 
 MAX_LINE_BYTES = 8 << 20
 """A longer line is skipped (no runlog line fabric writes comes near it)."""
@@ -230,7 +231,7 @@ class FactsReader(Struct, dict=True):
 
 def _decode(line: bytes) -> dict[str, Any] | None:
     try:
-        event = json.loads(line, parse_constant=str)
+        event = read_line(line, constants_as_text=True)
     except ValueError:  # includes invalid UTF-8
         return None
     return event if isinstance(event, dict) else None

@@ -15,7 +15,6 @@ without following symlinks; a runlog that is no runlog is listed as ``unreadable
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import stat
@@ -26,6 +25,7 @@ from typing import Any, BinaryIO
 
 from fabric.infrastructure.packs.run_ledger import open_runs
 
+from .encoding import read_line
 from .facts import MAX_LINE_BYTES, FactsReader, RunFacts
 from .names import RUNLOG_NAME, is_run_id
 
@@ -96,7 +96,7 @@ class RunIndex:
         except OSError:
             return None
         with contextlib.suppress(ValueError):
-            event = json.loads(line, parse_constant=str)
+            event = read_line(line, constants_as_text=True)
             if isinstance(event, dict) and event.get("kind") == "run_started":
                 return event
         return None

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from .encoding import read_line
 
 
 def last_line(data: bytes) -> tuple[int, Any]:
@@ -19,7 +20,7 @@ def last_line(data: bytes) -> tuple[int, Any]:
         start = data.rfind(b"\n", 0, stop - 1) + 1
         with contextlib.suppress(ValueError):
             if data[start:stop].strip():
-                return start, json.loads(data[start:stop])
+                return start, read_line(data[start:stop])
         stop = start
     return 0, None
 

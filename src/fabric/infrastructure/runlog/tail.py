@@ -16,11 +16,12 @@ stream and runlog download.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from .encoding import read_line
 
 _CHUNK = 1 << 20  # bytes read per step: a large runlog is streamed, never loaded at once
 FileId = tuple[int, int]
@@ -171,7 +172,7 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     """The event on one complete line, or None for a line that is not a runlog event."""
     try:
         # NaN/Infinity (not JSON, never written by fabric) are kept as text, as the writer does.
-        event = json.loads(line, parse_constant=str)
+        event = read_line(line, constants_as_text=True)
     except ValueError:  # includes invalid UTF-8
         return None
     if not isinstance(event, dict):

@@ -76,6 +76,7 @@ class JsonlRunLog(_Envelope):
             )
         super().__init__(run_id, observers, clock)
         self._secrets = secrets or Secrets()
+        self._redacting = bool(self._secrets)  # asked once: five lines a step
         self.path = runlog_path(runs_dir, run_id)
         self.dir = self.path.parent
         self.dir.mkdir(parents=True, exist_ok=False)
@@ -110,6 +111,7 @@ class JsonlRunLog(_Envelope):
         log = cls.__new__(cls)
         _Envelope.__init__(log, str(last.get("run_id", path.parent.name)), observers, clock)
         log._secrets = secrets or Secrets()
+        log._redacting = bool(log._secrets)
         ended = last.get("kind") == "run_finished"
         log._seq = int(last["seq"]) + (0 if ended else 1)
         log._flushing = False
@@ -133,7 +135,7 @@ class JsonlRunLog(_Envelope):
         record = self._stamp(kind, data)
         line = runlog_line(record)
         # the same line, unless a secret was in it
-        safe = self._secrets.redact_json(line) if self._secrets else line
+        safe = self._secrets.redact_json(line) if self._redacting else line
         self._file.write(safe + "\n")
         if not self._flushing:
             self._flush_soon()
