@@ -17,7 +17,11 @@ Timed, in this process after a warm-up (so interpreter start-up and imports are 
   report (to a buffer); with the collector as a ``fabric`` process has it (``__main__.py``
   raises its threshold while the command starts, ``run_replay`` settles it before the loop);
 - two parts of it: reading and checking the runlog (``read_runlog``), and ``replay()``, the
-  application function, on the events read (writing the replay's JSONL runlog).
+  application function, on the events read (writing the replay's JSONL runlog);
+- beside it, in turn with each command, a raw replay: the least any replay of the log does,
+  every line read with ``json`` and each event written again as a line of a new file. Its
+  time is this machine's yardstick at that moment (the same command swings by half between
+  minutes on a shared VM); the ratio says what fabric's replay costs beyond it.
 
 Median and p95 over ``--repeats``; target: ``fabric replay`` <= 50 ms for 1,000 events (issue 6).
 Then the runlog bytes per step of runs of ``--sizes`` steps: linear growth keeps it about
@@ -93,10 +97,23 @@ def _quantiles(samples: list[float]) -> dict[str, float]:
     return {"median_ms": statistics.median(ordered), "p95_ms": p95, "runs": len(ordered)}
 
 
-def time_cli(loaded: LoadedConfig, runlog: Path, repeats: int) -> dict[str, float]:
-    """``fabric replay RUNLOG --json`` in process; checks that every replay was identical."""
-    samples = []
-    for _ in range(repeats):
+def raw_replay(runlog: Path, out: Path) -> None:
+    """The least a replay of ``runlog`` does: read every line as JSON, and write every event
+    again as a line of a new log."""
+    events = [json.loads(line) for line in runlog.read_text("utf-8").splitlines()]
+    with out.open("w", encoding="utf-8") as log:
+        for event in events:
+            log.write(json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+def time_cli(loaded: LoadedConfig, runlog: Path, repeats: int) -> dict[str, Any]:
+    """``fabric replay RUNLOG --json`` in process, each run in turn with a raw replay; checks
+    that every replay was identical."""
+    samples, raw = [], []
+    for number in range(repeats):
+        started = time.perf_counter()
+        raw_replay(runlog, runlog.parent / f"raw-{number}.jsonl")
+        raw.append((time.perf_counter() - started) * 1000)
         out = io.StringIO()
         gc.set_threshold(STARTUP_GC_THRESHOLD)  # as `fabric` starts; run_replay settles it
         started = time.perf_counter()
@@ -105,7 +122,10 @@ def time_cli(loaded: LoadedConfig, runlog: Path, repeats: int) -> dict[str, floa
         samples.append((time.perf_counter() - started) * 1000)
         if code != 0:
             raise SystemExit(f"the replay was not identical: {out.getvalue()}")
-    return _quantiles(samples)
+    figures: dict[str, Any] = _quantiles(samples)
+    figures["raw_median_ms"] = statistics.median(raw)
+    figures["ratio"] = round(figures["median_ms"] / figures["raw_median_ms"], 2)
+    return figures
 
 
 def time_parts(loaded: LoadedConfig, root: Path, runlog: Path, repeats: int) -> dict[str, Any]:
@@ -175,6 +195,10 @@ def show(figures: dict[str, Any]) -> None:
     )
     for name, part in (("  of it: reading the runlog", read), ("  of it: replay()", core)):
         print(f"{name:<34} {part['median_ms']:>6.1f} ms {part['p95_ms']:>6.1f} ms")
+    print(
+        f"{'raw replay (read, write each line)':<34} {cli['raw_median_ms']:>6.1f} ms"
+        f"  fabric replay / raw: {cli['ratio']:.2f}x"
+    )
     print(f"({cli['runs']} runs each)")
     print("runlog bytes per step:")
     sizes = list(figures["bytes_per_step"])
