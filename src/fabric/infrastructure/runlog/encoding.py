@@ -129,9 +129,10 @@ def read_line(line: bytes | str, *, constants_as_text: bool = False) -> Any:
     lone surrogate."""
     try:
         return _DECODE(line)
-    except (msgspec.DecodeError, ValueError, RecursionError):  # a str with a lone surrogate
+    except (msgspec.DecodeError, ValueError, RecursionError):  # ValueError: a lone surrogate
         pass
-    try:
-        return json.loads(line, parse_constant=str if constants_as_text else None)
+    try:  # UTF-8 only, as msgspec reads it (json would take UTF-16 bytes too)
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+        return json.loads(text, parse_constant=str if constants_as_text else None)
     except RecursionError:
         raise ValueError("the JSON is nested too deeply to read") from None
