@@ -316,10 +316,11 @@ def test_unreadable_stream_lines_are_skipped_and_reported() -> None:
     lines.insert(2, "[1, 2]")
     lines.insert(3, '{"model":"llama3.1:8b","message":"oops","done":false}')
     lines.insert(4, '{"model":"llama3.1:8b","created_at":"2025-05-27T22:54:57Z","done":false}')
+    lines.insert(5, '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}")  # too deep to read
     response, _, _ = run_chat(ndjson("\n".join(lines) + "\n"), model="llama3.1:8b")
     assert response.content == "The tests pass."
     assert response.usage == Usage(prompt_tokens=26, completion_tokens=4)
-    assert len(response.warnings) == 3
+    assert len(response.warnings) == 4 and "not JSON" in response.warnings[3]
     assert "not JSON" in response.warnings[0]
     assert "assis" in response.warnings[0]
 

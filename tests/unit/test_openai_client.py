@@ -445,6 +445,14 @@ def test_a_non_json_reply_is_a_response_error() -> None:
     assert error.body == "<html>Welcome to nginx</html>"
 
 
+def test_a_reply_nested_too_deeply_to_read_is_a_response_error() -> None:
+    """A hostile server's reply that no JSON reader takes ends the call as a bad reply (the
+    run says what is wrong), never as a RecursionError."""
+    error = chat_error(httpx.Response(200, text='{"choices": ' + "[" * 100_000 + "]" * 100_000))
+    assert type(error) is ModelResponseError
+    assert "not JSON" in error.message and "/v1" in error.hint
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -219,7 +219,7 @@ def _require_key(api_key: str | None) -> None:
 def _json(response: httpx.Response, server: str) -> Any:
     try:
         return response.json()
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ModelResponseError(
             f"{server} sent a reply that is not JSON: {response.text[:200]!r}",
             hint="check that the anthropic backend's base_url points at the Anthropic API",

@@ -148,7 +148,7 @@ class _Stream:
             return
         try:
             payload = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.reply.warn(f"skipped a stream event that is not JSON ({name}): {data[:200]!r}")
             return
         if not isinstance(payload, Mapping):

@@ -210,7 +210,7 @@ def _reason(body: str) -> str:
     ``{"error": "..."}``, ``{"message"}``, ``{"detail"}``), else the body as it came."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body.strip()
     for holder in (data.get("error") if isinstance(data, dict) else None, data):
         if isinstance(holder, str) and holder.strip():

@@ -144,7 +144,7 @@ class OllamaChatClient:
             raise self._status_error(r.status_code, _error_text(r.text), r.headers)
         try:
             data = r.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ModelResponseError(
                 f"Ollama at {self._url} sent a reply that is not JSON: {r.text[:200]!r}",
                 hint="check that the backend's base_url (or OLLAMA_HOST) points at an Ollama "
@@ -165,7 +165,7 @@ class OllamaChatClient:
     def _feed_line(self, line: str, reply: _Reply) -> None:
         try:
             chunk = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             reply.warnings.append(f"skipped a stream line that is not JSON: {line[:120]!r}")
             return
         if isinstance(chunk, Mapping) and "error" in chunk:
@@ -241,7 +241,7 @@ def _error_text(body: str) -> str:
     """The ``error`` of Ollama's ``{"error": "..."}`` replies, else the body as it came."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body
     if isinstance(data, Mapping) and isinstance(data.get("error"), str):
         return str(data["error"])

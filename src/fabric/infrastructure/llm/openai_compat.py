@@ -180,7 +180,7 @@ class OpenAIChatClient:
     def _json(self, reply: httpx.Response) -> Any:
         try:
             return reply.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ModelResponseError(
                 f"the model server sent a reply that is not JSON: {reply.text[:200]!r}",
                 hint="check that llm.base_url points at an OpenAI-compatible API (ending in /v1)",

@@ -102,7 +102,7 @@ class StreamAccumulator:
             return
         try:
             chunk = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             lines = [line for line in data.splitlines() if line.strip()]
             if len(lines) > 1:  # several JSON chunks in one event
                 for line in lines:
