@@ -85,7 +85,7 @@ def _decoded(raw: Any) -> Any:
         return raw
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # a model's text, nested too deeply to read
         return raw
 
 

@@ -67,6 +67,6 @@ def first_event(path: Path) -> Mapping[str, Any] | None:
     try:
         with path.open(encoding="utf-8") as file:
             event = json.loads(file.readline())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return event if isinstance(event, dict) and event.get("kind") == "run_started" else None

@@ -144,7 +144,7 @@ async def web_search(ctx: ToolContext, query: str, web: WebSettings) -> str:
         results = data["results"]
         if not isinstance(results, list):
             raise TypeError("results is not a list")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ToolError(
             f"the search backend did not answer with SearXNG JSON results ({exc})",
             hint="check that packs.<name>.web.search.url points at a SearXNG instance",
