@@ -17,7 +17,8 @@ Timed, in this process after a warm-up (so interpreter start-up and imports are 
   report (to a buffer); with the collector as a ``fabric`` process has it (``__main__.py``
   raises its threshold while the command starts, ``run_replay`` settles it before the loop);
 - two parts of it: reading and checking the runlog (``read_runlog``), and ``replay()``, the
-  application function, on the events read (writing the replay's JSONL runlog);
+  application function, on the events read (writing the replay's JSONL runlog), with what was
+  read kept out of the collector's scans as the command keeps it;
 - beside it, in turn with each command, a raw replay: the least any replay of the log does,
   every line read with ``json`` and each event written again as a line of a new file. Its
   time is this machine's yardstick at that moment (the same command swings by half between
@@ -140,6 +141,7 @@ def time_parts(loaded: LoadedConfig, root: Path, runlog: Path, repeats: int) -> 
         started = time.perf_counter()
         events, _ = read_runlog(runlog)
         reading.append((time.perf_counter() - started) * 1000)
+        gc.freeze()  # as `fabric replay` settles once the log is read (startup.settle)
         run_id = f"part-{number}"
         log = JsonlRunLog(root / "runs", run_id)
         started = time.perf_counter()
