@@ -22,5 +22,6 @@ def test_the_replay_bench_builds_a_runlog_replays_it_and_reports() -> None:
     for part in ("fabric_replay", "read_runlog", "replay_function"):
         assert figures[part]["runs"] == 2
         assert 0 < figures[part]["median_ms"] <= figures[part]["p95_ms"]
+    assert figures["fabric_replay"]["raw_median_ms"] > 0 < figures["fabric_replay"]["ratio"]
     assert set(figures["bytes_per_step"]) == {"2", "6"}
     assert figures["growth"] > 0

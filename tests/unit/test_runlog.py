@@ -162,12 +162,13 @@ def test_strict_json_writes_what_the_json_module_writes(options: dict[str, Any])
     ],
 )
 def test_a_runlog_line_holds_what_strict_json_writes(value: dict[str, Any]) -> None:
-    """orjson makes most lines; whatever makes one, it reads back as the strict line does,
-    and the text is the same but for a float's exponent (``1e-7`` for ``1e-07``)."""
+    """orjson makes most lines; whatever makes one, it reads back as the strict line does, and
+    the text is the same (as UTF-8, a lone surrogate as its JSON escape, a newline at the end)
+    but for a float's exponent (``1e-7`` for ``1e-07``)."""
     line, strict = runlog_line(value), strict_json(value, ensure_ascii=False, separators=(",", ":"))
     assert json.loads(line) == json.loads(strict)
-    assert line.replace("e-7", "e-07") == strict
-    assert "\n" not in line and "NaN" not in line and "Infinity" not in line
+    assert line.replace(b"e-7", b"e-07") == (strict + "\n").encode("utf-8", "backslashreplace")
+    assert line.count(b"\n") == 1 and b"NaN" not in line and b"Infinity" not in line
 
 
 @pytest.mark.parametrize(
@@ -317,6 +318,27 @@ def test_in_a_run_the_lines_are_on_disk_before_anything_waits(tmp_path: Path) ->
 
     assert asyncio.run(step()) == [3, 3]
     log.close()
+
+
+def test_a_long_stretch_without_a_wait_reaches_the_file_in_whole_lines(tmp_path: Path) -> None:
+    """A replay never waits: its lines are written once enough are held, each one whole, and
+    the rest when the log is closed."""
+    log = JsonlRunLog(tmp_path, "r1")
+    path = Path(log.location)
+
+    async def stretch() -> bytes:
+        for step in range(400):
+            log.emit("nudge", {"step": step, "message": "m" * 500})
+        return path.read_bytes()  # no wait yet: the loop has not had control back
+
+    written = asyncio.run(stretch())
+    assert written and written.endswith(b"\n")
+    assert len(written) < 400 * 500  # not all of it yet
+    assert [json.loads(line)["step"] for line in written.splitlines()] == list(
+        range(len(written.splitlines()))
+    )
+    log.close()
+    assert [e["step"] for e in read_events(log.location)] == list(range(400))
 
 
 def test_observers_see_each_event_as_written(tmp_path: Path) -> None:

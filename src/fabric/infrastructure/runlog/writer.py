@@ -1,4 +1,5 @@
-"""``runs/<run_id>/runlog.jsonl``: one JSON object a line, flushed as it is written.
+"""``runs/<run_id>/runlog.jsonl``: one JSON object a line, written in whole lines as they are
+made (ADR 0003: a step's lines together, once the loop gets control back).
 
 Every line carries ``v`` (format version), ``seq`` (0, 1, 2, ...), ``ts`` (UTC, ISO 8601),
 ``run_id`` and ``kind``; the event's own fields follow. The format version is
@@ -26,6 +27,8 @@ from .names import FORMAT_VERSION, is_run_id, runlog_path, safe_file_name, uniqu
 from .reopen import ReplacedTail, last_line
 
 Observer = Callable[[Mapping[str, Any]], None]
+_HOLD_BYTES = 64 << 10
+"""Lines held at most before they are written, when the loop does not get control back."""
 
 
 class _Envelope:
@@ -80,9 +83,11 @@ class JsonlRunLog(_Envelope):
         self.path = runlog_path(runs_dir, run_id)
         self.dir = self.path.parent
         self.dir.mkdir(parents=True, exist_ok=False)
-        # A lone surrogate (a model can send one as a JSON escape) is written as the JSON
-        # escape it came from, so the line stays valid UTF-8 and valid JSON.
-        self._file = self.path.open("x", encoding="utf-8", errors="backslashreplace")
+        self._file: io.BufferedIOBase = self.path.open("xb")
+        self._lines: list[bytes] = []
+        """Lines made and not yet written (``_write``)."""
+        self._held = 0
+        """Their bytes."""
         self._flushing = False
 
     @classmethod
@@ -115,15 +120,11 @@ class JsonlRunLog(_Envelope):
         ended = last.get("kind") == "run_finished"
         log._seq = int(last["seq"]) + (0 if ended else 1)
         log._flushing = False
+        log._lines, log._held = [], 0
         log.dir = path.parent
         log.path = path
         keep = start if ended else complete
-        if keep == len(data):
-            log._file = path.open("a", encoding="utf-8", errors="backslashreplace")
-        else:
-            log._file = io.TextIOWrapper(
-                ReplacedTail(path, keep), encoding="utf-8", errors="backslashreplace"
-            )
+        log._file = path.open("ab") if keep == len(data) else ReplacedTail(path, keep)
         return log
 
     @property
@@ -133,27 +134,33 @@ class JsonlRunLog(_Envelope):
     def emit(self, kind: str, data: Mapping[str, Any]) -> None:
         # five lines a step: what is done here for each one is kept to the few calls needed
         record = self._stamp(kind, data)
-        line = runlog_line(record)
-        # the same line, unless a secret was in it
-        safe = self._secrets.redact_json(line) if self._redacting else line
-        self._file.write(safe + "\n")
+        line = safe = runlog_line(record)
+        if self._redacting:  # the same line, unless a secret was in it
+            text = line[:-1].decode()
+            redacted = self._secrets.redact_json(text)
+            if redacted is not text:
+                safe = redacted.encode() + b"\n"
+        self._lines.append(safe)
+        self._held += len(safe)
         if not self._flushing:
             self._flush_soon()
+        elif self._held >= _HOLD_BYTES:  # a long stretch without a wait (a replay)
+            self._write()
         # Observers (live progress, the service's event wake-up) see what the log holds,
         # once it holds it.
         if self._observers:
             self._notify(record if safe is line else json.loads(safe))
 
     def _flush_soon(self) -> None:
-        """Flush now or, in a running event loop, as soon as the loop gets control back (no
-        flush is pending when this is called): the lines a step writes together (a reply, a
+        """Write now or, in a running event loop, as soon as the loop gets control back (no
+        write is pending when this is called): the lines a step writes together (a reply, a
         tool call, its verdict, its result) reach the file in one write, before anything
         waits on a model, a tool or a person, and before a live reader this emit wakes reads
         the file (its wake-up is scheduled after this)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._file.flush()
+            self._write()
             return
         self._flushing = True
         loop.call_soon(self._flush)
@@ -161,7 +168,14 @@ class JsonlRunLog(_Envelope):
     def _flush(self) -> None:
         self._flushing = False
         if not self._file.closed:
-            self._file.flush()
+            self._write()
+
+    def _write(self) -> None:
+        """The lines held, to the file in one write (whole lines only: a reader never sees
+        half of one that was made)."""
+        lines, self._lines, self._held = self._lines, [], 0
+        self._file.write(b"".join(lines))
+        self._file.flush()
 
     def save_artifact(self, name: str, content: str) -> str:
         folder = self.dir / "artifacts"
@@ -173,7 +187,11 @@ class JsonlRunLog(_Envelope):
 
     def close(self) -> None:
         if not self._file.closed:
-            self._file.close()
+            try:
+                if self._lines:
+                    self._write()
+            finally:
+                self._file.close()
 
     def discard(self) -> None:
         """Close the log and, if it is a new one with no line written, remove it and its
