@@ -210,14 +210,16 @@ def test_runlog_lines_artifacts_and_observers_hold_no_secret(tmp_path: Path) -> 
     seen: list[Mapping[str, Any]] = []
     log = JsonlRunLog(tmp_path, "r1", seen.append, secrets=Secrets([KEY, "12345678"]))
     log.emit("tool_result", {"output": f"OPENAI_API_KEY={KEY}\n", "nested": {"k": [KEY]}})
-    log.emit("llm_response", {"message": {"content": "pin 12345678"}, "step": 123456789})
+    # the secret in a number makes the line go through decode-redact-encode, lone surrogate too
+    log.emit("llm_response", {"message": {"content": "a\ud800 pin 12345678"}, "step": 123456789})
     ref = log.save_artifact("out.txt", f"full output {KEY}")
     log.close()
     data = (tmp_path / "r1" / "runlog.jsonl").read_text()
     assert KEY not in data and KEY not in (tmp_path / "r1" / ref).read_text()
     lines = [json.loads(line) for line in data.splitlines()]
     assert lines[0]["output"] == "OPENAI_API_KEY=[redacted]\n"
-    assert lines[1]["message"]["content"] == "pin [redacted]" and lines[1]["step"] == 123456789
+    assert lines[1]["message"]["content"] == "a\ud800 pin [redacted]"
+    assert lines[1]["step"] == 123456789
     assert seen == lines  # observers (live progress, SSE wake-ups) get what the log holds
 
     reopened = JsonlRunLog.reopen(tmp_path / "r1" / "runlog.jsonl", secrets=Secrets([KEY]))

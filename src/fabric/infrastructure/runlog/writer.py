@@ -139,7 +139,7 @@ class JsonlRunLog(_Envelope):
             text = line[:-1].decode()
             redacted = self._secrets.redact_json(text)
             if redacted is not text:
-                safe = redacted.encode() + b"\n"
+                safe = redacted.encode("utf-8", errors="backslashreplace") + b"\n"
         self._lines.append(safe)
         self._held += len(safe)
         if not self._flushing:
