@@ -237,6 +237,44 @@ def test_a_connection_the_server_closed_while_idle_is_not_used_again() -> None:
     asyncio.run(main())
 
 
+def test_a_close_the_loop_has_not_seen_yet_does_not_fail_the_next_request() -> None:
+    """The server hangs up just after a reply (as llama.cpp's server does after some requests
+    on one connection), while the client goes straight on to its next request without the
+    event loop running in between (a tool that answers at once): the close is in the socket,
+    not yet seen by the loop. The request goes on a new connection; it does not fail with
+    "Server disconnected"."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    opened: list[int] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = listener.accept()
+            opened.append(1)
+            with conn:
+                conn.recv(65536)
+                conn.sendall(_reply(b'{"ok": true}'))
+                threading.Event().wait(0.05)  # then hangs up, without having said so
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+    async def main() -> None:
+        client = _client(url)
+        first = await client.post(url, content=b"{}")
+        threading.Event().wait(0.3)  # the loop does not run: the FIN waits in the socket
+        second = await client.post(url, content=b"{}")
+        await client.aclose()
+        assert first.json() == second.json() == {"ok": True}
+
+    try:
+        asyncio.run(main())
+    finally:
+        thread.join(5)
+        listener.close()
+    assert len(opened) == 2
+
+
 def test_a_reply_cut_short_is_a_connection_error_the_run_can_report() -> None:
     async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _request(reader)

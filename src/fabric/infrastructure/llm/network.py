@@ -6,7 +6,7 @@ and write opens an anyio cancel scope for its timeout, and each request asks the
 once this costs about 0.15-0.3 ms a request, a tenth of a step. ``AsyncioBackend`` does the
 same work with an ``asyncio.Protocol``: the event loop hands it the bytes as they come, a
 timeout is an ``asyncio.timeout``, and whether an idle connection was closed is known without a
-system call (ADR 0008).
+system call when the loop has seen it, else from one ``poll`` (ADR 0008).
 
 Only the model clients use it (``http.ModelHttp``), and only for connections they make
 themselves: a proxy's connections keep httpcore's own backend. fabric runs on asyncio
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import select
 import ssl
 from collections.abc import Awaitable, Iterable
 from typing import Any
@@ -226,11 +227,24 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
             # An idle connection that has bytes or an end from the server is done with: httpcore
             # asks this before each request on a kept connection.
             link = self._link
-            return bool(link.chunks) or link.eof or link.gone
+            return bool(link.chunks) or link.eof or link.gone or _waiting(link.transport)
         transport, name = self._link.transport, _EXTRA.get(info)
         if transport is None or name is None:
             return None
         return transport.get_extra_info(name)
+
+
+def _waiting(transport: asyncio.Transport | None) -> bool:
+    """Whether the socket under ``transport`` holds something the loop has not read yet: the
+    server's close (or bytes) that came while the loop did not run, because the run went from
+    one reply straight on to its next request (a tool that answers at once). Asked of the
+    kernel without waiting, one ``poll``, as httpcore's own backend asks."""
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.fileno() < 0:
+        return True
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class AsyncioBackend(httpcore.AsyncNetworkBackend):
