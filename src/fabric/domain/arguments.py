@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
+from .json_text import read_json
 
 
 def parse_arguments(value: Any) -> tuple[dict[str, Any] | None, str, str | None]:
@@ -27,14 +27,9 @@ def parse_arguments(value: Any) -> tuple[dict[str, Any] | None, str, str | None]
     if not text.strip():
         return {}, "{}", None
     try:
-        parsed = _FAST(text)
-    except (msgspec.DecodeError, ValueError, RecursionError):
-        try:  # json reads what msgspec refuses (an escaped lone surrogate), or says what is wrong
-            parsed = _DECODER.decode(text)
-        except ValueError as exc:
-            return None, text, f"invalid JSON ({exc})"
-        except RecursionError:  # the model is told, as of any bad arguments: the run goes on
-            return None, text, "invalid JSON (nested too deeply)"
+        parsed = read_json(text, _DECODER.decode)
+    except ValueError as exc:  # the model is told, as of any bad arguments: the run goes on
+        return None, text, f"invalid JSON ({exc})"
     if not isinstance(parsed, dict):
         return None, text, f"expected an object, got {type(parsed).__name__}"
     return parsed, text, None
@@ -53,7 +48,3 @@ def _finite_float(text: str) -> float:
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 """One decoder for every call (``json.loads`` with options builds a new one each time)."""
-_FAST = msgspec.json.Decoder().decode
-"""Reads what ``_DECODER`` reads, as it reads it, about four times as fast (a write_file's
-content is long), and refuses the rest (NaN, Infinity, a float too large, an escaped lone
-surrogate, bad JSON), which ``_DECODER`` then reads or refuses with its own message."""
